@@ -1,0 +1,164 @@
+"""Training-step time: our SASRec-equivalent (SeqTransformer) against stock RecBole SASRec.
+
+    python benchmarks/train_step.py [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N]
+
+Same data (ml-100k, RecBole's loader), same config (RecBole's SASRec defaults: 2 layers, 2 heads,
+hidden 64, dropout 0.5, CE over all items, Adam), same initial weights (RecBole's, copied into
+ours) and the same pre-fetched batches. Each variant runs in a fresh subprocess, one after the
+other, so process-wide settings (allocator, anomaly mode) cannot leak between them:
+
+- ``stock``: RecBole as a user gets it (importing its models leaves autograd anomaly mode on;
+  glibc's default allocator). Only the numpy-2 aliases are added, without which RecBole cannot
+  start on this stack.
+- ``ours-exact``: ``import recbole_ext`` (anomaly off, allocator tuned) and SeqTransformer with
+  ``dropout_impl: torch`` (RecBole's dropout random stream): its losses must equal stock's.
+- ``ours-fp32``: SeqTransformer with its defaults (fast dropout: same distribution, other stream).
+- ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``).
+
+Printed: median seconds per step (forward + backward + Adam) over the timed steps, the ratio to
+stock, the largest gap between a variant's per-step losses and stock's (``ours-exact`` must be ~1e-6:
+same model, same numbers; the others differ by their dropout draws) and minor page faults per step. Run it with nothing else busy on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = ("stock", "ours-exact", "ours-fp32", "ours-bf16")
+
+
+def recbole_setup(variant: str, args):
+    """Config, dataloader and model for one variant (runs inside the worker process)."""
+    if variant == "stock":
+        import numpy as np
+
+        for name, value in (("float_", np.float64), ("complex_", np.complex128), ("unicode_", np.str_)):
+            if name not in np.__dict__:
+                setattr(np, name, value)
+        from recbole.config import Config
+        from recbole.model.sequential_recommender import SASRec as model_class
+
+        config_class = Config
+    else:
+        import recbole_ext  # noqa: F401
+        from recbole_ext.compat import SafeConfig as config_class
+        from recbole_ext.models import SeqTransformer as model_class
+
+    from recbole.data import create_dataset, data_preparation
+    from recbole.utils import init_seed
+
+    sys.argv = sys.argv[:1]
+    config = config_class(model=model_class, dataset="ml-100k", config_dict={
+        "train_batch_size": args.batch, "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE",
+        "train_neg_sample_args": None, "show_progress": False, "state": "ERROR", "use_gpu": False,
+        "load_col": {"inter": ["user_id", "item_id", "timestamp"]},
+        "checkpoint_dir": os.path.join(args.scratch, variant),
+        **({"n_layers": 2, "n_heads": 2, "hidden_size": 64, "inner_size": 256, "hidden_dropout_prob": 0.5,
+            "attn_dropout_prob": 0.5, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "initializer_range": 0.02,
+            "dropout_impl": "torch" if variant == "ours-exact" else "fast"}
+           if variant != "stock" else {}),
+    })
+    init_seed(config["seed"], config["reproducibility"])
+    dataset = create_dataset(config)
+    train_data, _, _ = data_preparation(config, dataset)
+    init_seed(config["seed"], config["reproducibility"])
+    model = model_class(config, train_data._dataset)
+    return config, train_data, model
+
+
+def worker(variant: str, args) -> dict:
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config, train_data, model = recbole_setup(variant, args)
+    reference = Path(args.scratch) / "stock_init.pt"
+    if variant == "stock":
+        torch.save(model.state_dict(), reference)
+    else:
+        from recbole_ext.models.recbole_import import state_dict_from_recbole
+
+        model.load_state_dict(state_dict_from_recbole(torch.load(reference, weights_only=True), "SASRec"))
+    batches = []
+    for interaction in train_data:
+        batches.append(interaction)
+        if len(batches) == args.warmup + args.steps:
+            break
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["learning_rate"])
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16"))
+    torch.manual_seed(0)
+    model.train()
+    times, losses = [], []
+    faults_before = None
+    for index, interaction in enumerate(batches):
+        if index == args.warmup:
+            faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        started = time.perf_counter()
+        optimizer.zero_grad()
+        with autocast:
+            loss = model.calculate_loss(interaction)
+        loss.backward()
+        optimizer.step()
+        elapsed = time.perf_counter() - started
+        if index >= args.warmup:
+            times.append(elapsed)
+            losses.append(loss.item())
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
+    return {
+        "variant": variant, "median_s_per_step": statistics.median(times), "losses": losses,
+        "minor_faults_per_step": faults / args.steps, "anomaly_mode": torch.is_anomaly_enabled(),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        print(json.dumps(worker(args.worker, args)))
+        return
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        results = {}
+        for variant in args.variants.split(","):
+            command = [sys.executable, __file__, "--worker", variant, "--scratch", scratch, "--steps", str(args.steps),
+                       "--warmup", str(args.warmup), "--batch", str(args.batch), "--length", str(args.length),
+                       "--threads", str(args.threads)]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            results[variant] = json.loads(output.strip().splitlines()[-1])
+    stock = results.get("stock")
+    import platform
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
+          f"batch {args.batch}, length {args.length}, {args.steps} timed steps after {args.warmup} warm-up")
+    print(f"{'variant':<10} {'s/step':>8} {'vs stock':>9} {'faults/step':>12}  anomaly  max |loss - stock loss|")
+    for variant, result in results.items():
+        ratio = stock["median_s_per_step"] / result["median_s_per_step"] if stock else float("nan")
+        gap = max(abs(a - b) for a, b in zip(result["losses"], stock["losses"])) if stock else float("nan")
+        print(f"{variant:<10} {result['median_s_per_step']:>8.3f} {ratio:>8.2f}x {result['minor_faults_per_step']:>12.0f}"
+              f"  {str(result['anomaly_mode']):<7}  {gap:.2e}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,409 @@
+"""Every workaround for RecBole 1.2.1 on today's stack (numpy 2, torch >= 2.6, current Ray).
+
+One place, one function per breakage, each with a test in ``tests/test_compat.py`` that fails
+without it. ``apply()`` runs them all once; ``import recbole_ext`` calls it. The numbers in the
+comments were measured on the project's 2-core CPU machine (``../shared/notes/recbole-compat.md``).
+
+| workaround | breakage |
+|---|---|
+| :func:`add_numpy2_aliases` | ``Config()`` dies on numpy 2 (``np.float_`` was removed) |
+| :func:`import_recbole_models_without_anomaly` | importing RecBole's ``sine.py`` turns on autograd anomaly mode for the whole process (~40 % of CPU step time) |
+| :class:`SafeConfig` | RecBole's ``Config`` parses and ``eval``\\ s ``sys.argv`` and ``eval``\\ s string values of ``config_dict`` |
+| :func:`save_checkpoint` / :func:`load_checkpoint` + trainer patches | torch >= 2.6 loads with ``weights_only=True``; RecBole pickles its whole ``Config`` into checkpoints, so every reload fails |
+| :func:`unique_checkpoint_file` | RecBole names checkpoints with 1-second resolution: concurrent runs overwrite each other |
+| :func:`tune_glibc_malloc` | glibc returns large activation buffers to the OS every step (page faults: ~30 % of CPU time) |
+| :func:`patch_model_lookup` | RecBole resolves models by name inside its own package and never finds an outside model's default YAML |
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.abc
+import importlib.metadata
+import os
+import pickle
+import sys
+import tempfile
+import time
+import uuid
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable
+
+from recbole_ext.errors import CheckpointError
+
+from recbole_ext.requirements import RECBOLE_VERSION  # noqa: F401  (re-exported)
+CHECKPOINT_FORMAT = "recbole-ext-checkpoint/1"
+TRUST_PICKLE_ENV = "RECBOLE_EXT_TRUST_PICKLED_CHECKPOINTS"
+MALLOC_ENV = "RECBOLE_EXT_MALLOC_TUNING"
+
+
+def add_numpy2_aliases() -> None:
+    """RecBole's ``Config.compatibility_settings`` reads ``np.float_`` & co., removed in numpy 2."""
+    import numpy as np
+
+    for name, value in (("float_", np.float64), ("complex_", np.complex128), ("unicode_", np.str_)):
+        if name not in np.__dict__:
+            setattr(np, name, value)
+
+
+def import_recbole_models_without_anomaly() -> None:
+    """Import RecBole's model packages, then undo the anomaly mode ``sine.py`` switches on at import."""
+    import torch
+
+    was_enabled = torch.is_anomaly_enabled()
+    import recbole.model.general_recommender  # noqa: F401
+    import recbole.model.sequential_recommender  # noqa: F401  (sine.py: set_detect_anomaly(True))
+
+    torch.autograd.set_detect_anomaly(was_enabled)
+
+
+def tune_glibc_malloc() -> bool:
+    """Keep freed activation buffers in the process instead of returning them to the OS.
+
+    glibc serves blocks above its mmap threshold (dynamic, capped at 32 MiB) with ``mmap`` and
+    unmaps them on ``free``: a training step of SASRec at batch 2048 then page-faults ~0.8 M times.
+    ``M_MMAP_THRESHOLD`` cannot be raised past that cap (glibc ignores larger values, also from
+    ``MALLOC_MMAP_THRESHOLD_``), so mmap is switched off (``M_MMAP_MAX=0``; thread arenas still fall
+    back to mmap when their heap cannot grow) and the heap top is only trimmed beyond 2 GiB.
+    No system package is needed (tcmalloc/jemalloc via ``LD_PRELOAD`` do the same). Opt out with
+    ``RECBOLE_EXT_MALLOC_TUNING=0``. Returns whether the settings were applied.
+    """
+    if os.environ.get(MALLOC_ENV, "1") == "0" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018  (absent on musl: leave its allocator alone)
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_top_pad, m_mmap_max = -1, -2, -4
+    return bool(
+        libc.mallopt(m_mmap_max, 0)
+        and libc.mallopt(m_trim_threshold, 2**31 - 1)
+        and libc.mallopt(m_top_pad, 64 << 20)
+    )
+
+
+add_numpy2_aliases()  # before anything below imports RecBole's Config
+
+import torch  # noqa: E402
+from recbole.config import Config  # noqa: E402
+
+
+class SafeConfig(Config):
+    """RecBole's ``Config`` without reading ``sys.argv`` and without ``eval`` on string values.
+
+    Stock ``Config`` turns every ``--key=value`` of the host program's argv into a config key
+    (``recbole-ext run --config=x.yaml`` would inject ``config``; Ray workers inject
+    ``gcs-address`` & co.) and ``eval``\\ s the values. Our config layer has already parsed and
+    validated every value, so nothing here needs to be parsed again.
+    """
+
+    def _load_cmd_line(self) -> dict:
+        return {}
+
+    def _load_variable_config_dict(self, config_dict: dict | None) -> dict:
+        return dict(config_dict or {})
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints: a state dict plus plain metadata, readable with torch.load(weights_only=True).
+
+
+def _plain(value: Any) -> Any:
+    """A YAML/JSON-able copy of a config value (enums by name, devices and classes as strings)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Enum):
+        return value.name
+    if value is None:
+        return None
+    for plain_type in (bool, int, float, str):  # exact builtins: torch.load(weights_only) refuses subclasses
+        if isinstance(value, plain_type):
+            return plain_type(value)
+    if hasattr(value, "item"):  # numpy / torch scalars
+        return value.item()
+    return str(value)
+
+
+def versions() -> dict[str, str]:
+    import numpy
+    import pandas
+
+    from recbole_ext import __version__
+
+    found = {
+        "recbole_ext": __version__,
+        "recbole": importlib.metadata.version("recbole"),
+        "torch": torch.__version__,  # a str subclass that weights_only loading refuses
+        "numpy": numpy.__version__,
+        "pandas": pandas.__version__,
+        "python": sys.version.split()[0],
+    }
+    return {name: str(version) for name, version in found.items()}
+
+
+def checkpoint_metadata(config: Config) -> dict:
+    """What is needed to rebuild the config of a run: the external (user-given) keys, plainly."""
+    external = {k: v for k, v in config.external_config_dict.items() if k not in ("model", "dataset")}
+    return {
+        "model": config["model"],
+        "dataset": config["dataset"],
+        "config": _plain(external),
+        "versions": versions(),
+        "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def atomic_write_bytes(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
+    """Write through a temporary file in the same directory, then rename: never a truncated file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    state = {"format": CHECKPOINT_FORMAT, **state}
+    atomic_write_bytes(path, lambda handle: torch.save(state, handle))
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
+    """Load a checkpoint with ``weights_only=True``; refuse pickled RecBole ones unless trusted.
+
+    A stock RecBole checkpoint unpickles a whole ``Config`` (arbitrary code on load). It is read
+    only when ``RECBOLE_EXT_TRUST_PICKLED_CHECKPOINTS=1`` says the file is trusted.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        if os.environ.get(TRUST_PICKLE_ENV) != "1":
+            reason = next((line.strip() for line in str(error).splitlines() if "Unsupported" in line), "pickled objects")
+            raise CheckpointError(
+                f"{path}: holds pickled objects (e.g. a stock RecBole checkpoint; {reason}); loading it could run "
+                f"arbitrary code, so it is refused. If you trust the file, set {TRUST_PICKLE_ENV}=1"
+            ) from None
+        checkpoint = torch.load(path, map_location=map_location, weights_only=False)
+    except (RuntimeError, EOFError) as error:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({error.__class__.__name__}: {error})") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path}: not a RecBole/recbole-ext checkpoint (no 'state_dict')")
+    return checkpoint
+
+
+def config_from_checkpoint(checkpoint: dict) -> Config:
+    """Rebuild the run's config from a checkpoint (ours: plain metadata; trusted legacy: the pickled Config)."""
+    metadata = checkpoint.get("metadata")
+    if metadata is None:
+        return checkpoint["config"]  # trusted legacy pickle
+    return SafeConfig(model=metadata["model"], dataset=metadata["dataset"], config_dict=metadata["config"])
+
+
+def unique_checkpoint_file(checkpoint_dir: str, model_name: str) -> str:
+    """RecBole's ``<model>-<time to the second>.pth`` plus a random suffix, so runs never share a file."""
+    stamp = time.strftime("%b-%d-%Y_%H-%M-%S")
+    return os.path.join(checkpoint_dir, f"{model_name}-{stamp}-{uuid.uuid4().hex[:8]}.pth")
+
+
+def _trainer_save_checkpoint(self, epoch, verbose=True, **kwargs):
+    if not self.config["single_spec"] and self.config["local_rank"] != 0:
+        return
+    saved_model_file = kwargs.pop("saved_model_file", self.saved_model_file)
+    save_checkpoint(
+        saved_model_file,
+        {
+            "epoch": epoch,
+            "cur_step": self.cur_step,
+            "best_valid_score": float(self.best_valid_score),
+            "state_dict": self.model.state_dict(),
+            "other_parameter": self.model.other_parameter(),
+            "optimizer": self.optimizer.state_dict(),
+            "metadata": checkpoint_metadata(self.config),
+        },
+    )
+    if verbose:
+        self.logger.info(f"Saving current: {saved_model_file}")
+
+
+def _trainer_load_weights(self, checkpoint_file) -> dict:
+    checkpoint = load_checkpoint(checkpoint_file, map_location=self.device)
+    self.model.load_state_dict(checkpoint["state_dict"])
+    self.model.load_other_parameter(checkpoint.get("other_parameter"))
+    return checkpoint
+
+
+def _trainer_resume_checkpoint(self, resume_file):
+    resume_file = str(resume_file)
+    self.saved_model_file = resume_file
+    checkpoint = _trainer_load_weights(self, resume_file)
+    self.start_epoch = checkpoint["epoch"] + 1
+    self.cur_step = checkpoint["cur_step"]
+    self.best_valid_score = checkpoint["best_valid_score"]
+    self.optimizer.load_state_dict(checkpoint["optimizer"])
+    self.logger.info(f"Checkpoint loaded. Resume training from epoch {self.start_epoch}")
+
+
+def _wrap_trainer_evaluate(original_evaluate):
+    def evaluate(self, eval_data, load_best_model=True, model_file=None, show_progress=False):
+        if eval_data and load_best_model:
+            checkpoint_file = model_file or self.saved_model_file
+            _trainer_load_weights(self, checkpoint_file)
+            self.logger.info(f"Loading model structure and parameters from {checkpoint_file}")
+        return original_evaluate(self, eval_data, load_best_model=False, show_progress=show_progress)
+
+    evaluate.__wrapped__ = original_evaluate
+    evaluate.__doc__ = original_evaluate.__doc__
+    return evaluate
+
+
+def _wrap_trainer_init(original_init):
+    def __init__(self, config, model):
+        original_init(self, config, model)
+        self.saved_model_file = unique_checkpoint_file(self.checkpoint_dir, config["model"])
+
+    __init__.__wrapped__ = original_init
+    return __init__
+
+
+def patch_trainer_checkpoints() -> None:
+    """Make RecBole's ``Trainer`` (and every trainer built on it) write and read safe, unique checkpoints."""
+    from recbole.trainer import Trainer
+
+    if getattr(Trainer, "_recbole_ext_patched", False):
+        return
+    Trainer.__init__ = _wrap_trainer_init(Trainer.__init__)
+    Trainer._save_checkpoint = _trainer_save_checkpoint
+    Trainer.resume_checkpoint = _trainer_resume_checkpoint
+    Trainer.evaluate = _wrap_trainer_evaluate(Trainer.evaluate)
+    Trainer._recbole_ext_patched = True
+
+
+def load_data_and_model(model_file):
+    """Drop-in for ``recbole.quick_start.load_data_and_model`` that reads checkpoints safely.
+
+    Returns ``(config, model, dataset, train_data, valid_data, test_data)`` like RecBole's.
+    """
+    from logging import getLogger
+
+    from recbole.data import create_dataset, data_preparation
+    from recbole.utils import get_model, init_logger, init_seed
+
+    checkpoint = load_checkpoint(model_file)
+    config = config_from_checkpoint(checkpoint)
+    init_seed(config["seed"], config["reproducibility"])
+    init_logger(config)
+    logger = getLogger()
+    logger.info(config)
+    dataset = create_dataset(config)
+    logger.info(dataset)
+    train_data, valid_data, test_data = data_preparation(config, dataset)
+    init_seed(config["seed"], config["reproducibility"])
+    model = get_model(config["model"])(config, train_data._dataset).to(config["device"])
+    model.load_state_dict(checkpoint["state_dict"])
+    model.load_other_parameter(checkpoint.get("other_parameter"))
+    return config, model, dataset, train_data, valid_data, test_data
+
+
+# ----------------------------------------------------------------------------------------------
+# Model lookup: plugin names and default YAMLs inside RecBole's own entry points.
+
+_GET_MODEL_MODULES = ("recbole.utils", "recbole.utils.utils", "recbole.config.configurator")
+_QUICK_START = "recbole.quick_start.quick_start"
+
+
+def _lookup_with_registry(original_get_model):
+    def get_model(model_name):
+        from recbole_ext.registry import find_registered_model
+
+        model_class = find_registered_model(model_name)
+        return model_class if model_class is not None else original_get_model(model_name)
+
+    get_model.__wrapped__ = original_get_model
+    return get_model
+
+
+def _patch_quick_start(module) -> None:
+    module.get_model = _lookup_with_registry(getattr(module.get_model, "__wrapped__", module.get_model))
+    module.load_data_and_model = load_data_and_model
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches ``recbole.quick_start`` when (if ever) it is imported: importing it eagerly would
+    import Ray, which is optional and slow to import."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _QUICK_START:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+
+                def exec_then_patch(module, exec_module=exec_module):
+                    exec_module(module)
+                    _patch_quick_start(module)
+
+                spec.loader.exec_module = exec_then_patch
+                return spec
+        return None
+
+
+def _wrap_internal_config(original):
+    def _load_internal_config_dict(self, model, model_class, dataset):
+        original(self, model, model_class, dataset)
+        default_file = getattr(model_class, "DEFAULT_CONFIG", None)
+        if default_file is not None:
+            self._update_internal_config_dict(str(default_file))
+
+    _load_internal_config_dict.__wrapped__ = original
+    return _load_internal_config_dict
+
+
+def patch_model_lookup() -> None:
+    """``get_model`` tries the plugin registry first; an outside model's ``DEFAULT_CONFIG`` YAML is loaded."""
+    for name in _GET_MODEL_MODULES:
+        module = sys.modules.get(name) or __import__(name, fromlist=["get_model"])
+        if not hasattr(module.get_model, "__wrapped__"):
+            module.get_model = _lookup_with_registry(module.get_model)
+    if not hasattr(Config._load_internal_config_dict, "__wrapped__"):
+        Config._load_internal_config_dict = _wrap_internal_config(Config._load_internal_config_dict)
+    if _QUICK_START in sys.modules:
+        _patch_quick_start(sys.modules[_QUICK_START])
+    elif not any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+def silence_known_warnings() -> None:
+    """RecBole's pandas chained-assignment FutureWarnings (harmless under pandas < 3, which we pin)
+    and its deprecated ``torch.cuda.amp.GradScaler`` call print screens of text on every run."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"recbole\.")
+    warnings.filterwarnings("ignore", message=r".*torch\.cuda\.amp\.GradScaler.*", category=FutureWarning)
+
+
+def apply() -> None:
+    """Run every workaround (idempotent). ``import recbole_ext`` calls this."""
+    add_numpy2_aliases()
+    silence_known_warnings()
+    tune_glibc_malloc()
+    import_recbole_models_without_anomaly()
+    patch_model_lookup()
+    patch_trainer_checkpoints()
+

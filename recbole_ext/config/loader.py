@@ -1,0 +1,213 @@
+"""YAML files → one merged mapping that remembers where every top-level key was set.
+
+- Floats are read as RecBole reads them (``1e-3`` is a float, not YAML 1.1's string).
+- A file may ``extends:`` one or more base files (paths relative to the file, or bare names looked
+  up like ``--config``); bases merge first, the file overrides. Mappings merge key by key, except
+  that a part mapping whose ``type`` changes is replaced whole (old options do not leak into the
+  new part). Lists and scalars replace.
+- Duplicate keys, invalid YAML and cycles in ``extends`` are errors naming the file and line.
+- ``--set key=value`` overrides are YAML-parsed; ``a.b=1`` sets a nested option.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recbole_ext.errors import ConfigError
+
+CONFIG_PATH_ENV = "RECBOLE_EXT_CONFIG_PATH"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with RecBole's float resolver (no Python object construction)."""
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+@dataclass
+class YamlFile:
+    path: Path
+    data: dict[str, Any]
+    lines: dict[str, int]  # top-level key → 1-based line
+
+    def where(self, key: str) -> str:
+        return f"{self.path}:{self.lines[key]}" if key in self.lines else str(self.path)
+
+
+def parse_yaml_value(text: str, where: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where}: invalid YAML value {text!r}: {getattr(error, 'problem', error)}") from None
+
+
+def _check_duplicate_keys(node: yaml.Node, path: Path) -> None:
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{path}:{line}: duplicate key {key!r} (first set on line {seen[key]})")
+            seen[key] = line
+            _check_duplicate_keys(value_node, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _check_duplicate_keys(item, path)
+
+
+def load_yaml(path: str | os.PathLike) -> YamlFile:
+    """Read one YAML mapping with the line of each top-level key; errors name file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read config file: {error}") from None
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        if node is None:
+            return YamlFile(path, {}, {})
+        _check_duplicate_keys(node, path)
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{path}{line}: invalid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: a config file must be a mapping of keys to values, got {type(data).__name__}")
+    lines = {key_node.value: key_node.start_mark.line + 1 for key_node, _ in node.value}
+    return YamlFile(path, data, lines)
+
+
+def config_search_path() -> list[Path]:
+    """Where bare config names are looked up: ./configs, $RECBOLE_EXT_CONFIG_PATH, the source
+    checkout's configs/, and the installed share/recbole-ext/configs."""
+    paths = [Path.cwd() / "configs"]
+    paths += [Path(p) for p in os.environ.get(CONFIG_PATH_ENV, "").split(os.pathsep) if p]
+    paths.append(Path(__file__).resolve().parents[2] / "configs")
+    paths.append(Path(sys.prefix) / "share" / "recbole-ext" / "configs")
+    return paths
+
+
+def find_config_file(name: str | os.PathLike, relative_to: Path | None = None) -> Path:
+    candidate = Path(name)
+    if relative_to is not None and not candidate.is_absolute():
+        if (relative_to / candidate).is_file():
+            return relative_to / candidate
+    if candidate.is_file():
+        return candidate
+    if not candidate.is_absolute():
+        for directory in config_search_path():
+            if (directory / candidate).is_file():
+                return directory / candidate
+    searched = ", ".join(str(p) for p in ([relative_to] if relative_to else []) + config_search_path())
+    raise ConfigError(f"{name}: config file not found (also looked in {searched})")
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """``override`` on top of ``base``; see the module docstring for the part-``type`` rule."""
+    if not (isinstance(base, dict) and isinstance(override, dict)):
+        return copy.deepcopy(override)
+    if "type" in base and "type" in override and base["type"] != override["type"]:
+        return copy.deepcopy(override)
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        merged[key] = deep_merge(merged[key], value) if key in merged else copy.deepcopy(value)
+    return merged
+
+
+@dataclass
+class MergedConfig:
+    """Merged values plus, per top-level key, where its final value was set."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+
+    def layer(self, values: dict[str, Any], origin_of) -> None:
+        for key, value in values.items():
+            self.values[key] = deep_merge(self.values[key], value) if key in self.values else copy.deepcopy(value)
+            self.origins[key] = origin_of(key)
+
+    def where(self, key: str) -> str:
+        return self.origins.get(key, "config")
+
+
+def load_config_chain(name: str | os.PathLike, merged: MergedConfig | None = None,
+                      relative_to: Path | None = None, _stack: tuple[Path, ...] = ()) -> MergedConfig:
+    """Load ``name`` and, first, everything it ``extends`` (depth-first)."""
+    merged = merged if merged is not None else MergedConfig()
+    path = find_config_file(name, relative_to).resolve()
+    if path in _stack:
+        chain = " -> ".join(str(p) for p in (*_stack, path))
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {chain}")
+    file = load_yaml(path)
+    bases = file.data.get("extends", [])
+    if isinstance(bases, str):
+        bases = [bases]
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f"{file.where('extends')}: extends must be a file name or a list of file names")
+    for base in bases:
+        try:
+            load_config_chain(base, merged, path.parent, (*_stack, path))
+        except ConfigError as error:
+            if str(error).startswith(f"{base}: config file not found"):
+                raise ConfigError(f"{file.where('extends')}: base config {base!r} not found") from None
+            raise
+    merged.layer({k: v for k, v in file.data.items() if k != "extends"}, file.where)
+    merged.files.append(path)
+    return merged
+
+
+def apply_overrides(merged: MergedConfig, overrides: list[str]) -> None:
+    """Apply ``key=value`` strings (``--set``); dotted keys set nested options."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        value = parse_yaml_value(text, f"--set {key}")
+        top, *nested = key.split(".")
+        if nested:
+            current = copy.deepcopy(merged.values.get(top))
+            if isinstance(current, str):  # `attention: softmax` → {type: softmax}
+                current = {"type": current}
+            if current is None:
+                current = {}
+            if not isinstance(current, dict):
+                raise ConfigError(f"--set {key}: {top!r} is not a mapping")
+            target = current
+            for part in nested[:-1]:
+                target = target.setdefault(part, {})
+                if not isinstance(target, dict):
+                    raise ConfigError(f"--set {key}: {part!r} is not a mapping")
+            target[nested[-1]] = value
+            value = current
+            merged.values[top] = value
+            merged.origins[top] = f"--set {key}"
+        else:
+            merged.values.pop(top, None)  # a flat --set replaces, it does not merge
+            merged.layer({top: value}, lambda _key, key=key: f"--set {key}")

@@ -1,0 +1,148 @@
+"""The backbone slot: what the model is trained to predict and how it reads RecBole's batches.
+
+A backbone decides the attention direction, any extra input tokens, the output head, the main
+loss (CE over all items, or BPR with RecBole's sampled negative) and how users are scored.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recbole_ext.errors import ConfigError
+from recbole_ext.nn.context import EncoderOutput
+from recbole_ext.nn.registry import Registry
+
+BACKBONE: Registry["Backbone"] = Registry("backbone")
+
+
+def bpr_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
+    """-log σ(s⁺ − s⁻) (Rendle et al. 2009), as RecBole's BPRLoss (gamma 1e-10)."""
+    return -torch.log(1e-10 + torch.sigmoid(positive - negative)).mean()
+
+
+class Backbone(nn.Module):
+    """Constructed as ``Backbone(options, model, config)`` after the model's dims are set."""
+
+    causal = True
+    extra_tokens = 0  # item-embedding rows beyond RecBole's n_items (e.g. a [MASK] token)
+    required_recbole_config: dict = {}
+
+    def __init__(self, options, model: nn.Module, config):
+        super().__init__()
+        self.options = options
+
+    def training_loss(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
+        raise NotImplementedError
+
+    def user_representation(self, model, interaction) -> torch.Tensor:
+        """[B, D]: the state that scores candidate items for each user of the batch."""
+        raise NotImplementedError
+
+    def score_items(self, model, representation: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        return (representation * model.item_embedding(items)).sum(-1)
+
+    def score_all(self, model, representation: torch.Tensor) -> torch.Tensor:
+        return representation @ model.item_embedding.weight[: model.n_items].T
+
+
+@BACKBONE.register("sasrec")
+class CausalNextItem(Backbone):
+    """SASRec (Kang & McAuley 2018): causal self-attention; the state at the last real position
+    predicts the next item. Trained, as in RecBole, on the last position of every prefix."""
+
+    def encode_last(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
+        output = model.encode(interaction[model.ITEM_SEQ], causal=True)
+        return model.gather_indexes(output.hidden, interaction[model.ITEM_SEQ_LEN] - 1), output
+
+    def training_loss(self, model, interaction):
+        representation, output = self.encode_last(model, interaction)
+        positive = interaction[model.POS_ITEM_ID]
+        if model.loss_type == "BPR":
+            negative = interaction[model.NEG_ITEM_ID]
+            return bpr_loss(self.score_items(model, representation, positive),
+                            self.score_items(model, representation, negative)), output
+        # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target).
+        return F.cross_entropy(representation @ model.item_embedding.weight.T, positive), output
+
+    def user_representation(self, model, interaction):
+        return self.encode_last(model, interaction)[0]
+
+
+@BACKBONE.register("bert4rec")
+class Cloze(Backbone):
+    """BERT4Rec (Sun et al. 2019): bidirectional attention trained to fill [MASK]ed items
+    (masking by RecBole's ``mask_itemseq`` transform, ratio ``mask_ratio``); at evaluation a
+    [MASK] after the last item is predicted.
+
+    ``recbole_quirks: true`` reproduces RecBole 1.2.1 exactly, including two behaviours we fix
+    by default: its evaluation input drops the oldest item of every sequence (not only of full
+    ones), and its loss ignores a mask at position 0 (it tests ``masked_index > 0``).
+    """
+
+    causal = False
+    extra_tokens = 1
+    required_recbole_config = {"transform": "mask_itemseq"}
+
+    @dataclass(frozen=True)
+    class Options:
+        recbole_quirks: bool = False
+
+    def __init__(self, options, model, config):
+        super().__init__(options, model, config)
+        if config["MASK_ITEM_SEQ"] is None:
+            raise ConfigError("backbone 'bert4rec' needs `transform: mask_itemseq` in the config (recbole-ext run sets it)")
+        self.mask_fields = (config["MASK_ITEM_SEQ"], config["POS_ITEMS"], config["NEG_ITEMS"], config["MASK_INDEX"])
+        hidden, eps = model.dims.hidden_size, model.dims.layer_norm_eps
+        self.output_ffn = nn.Linear(hidden, hidden)
+        self.output_ln = nn.LayerNorm(hidden, eps=eps)
+        self.output_bias = nn.Parameter(torch.zeros(model.n_items))
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.output_ln(F.gelu(self.output_ffn(hidden)))
+
+    def training_loss(self, model, interaction):
+        masked_seq_field, positive_field, negative_field, index_field = self.mask_fields
+        masked_index = interaction[index_field]  # [B, M] positions of the masks, 0-padded
+        positive = interaction[positive_field]  # [B, M] target items, 0-padded
+        output = model.encode(interaction[masked_seq_field], causal=False)
+        gathered = output.hidden.gather(1, masked_index[..., None].expand(-1, -1, output.hidden.size(-1)))
+        states = self.head(gathered)  # [B, M, D]: the head runs on masked positions only
+        targets = (masked_index > 0 if self.options.recbole_quirks else positive > 0).float()
+        if model.loss_type == "BPR":
+            negative = interaction[negative_field]
+            positive_score = self.score_items(model, states, positive)
+            negative_score = self.score_items(model, states, negative)
+            losses = -torch.log(1e-14 + torch.sigmoid(positive_score - negative_score))
+        else:
+            logits = self.score_all(model, states)
+            losses = F.cross_entropy(logits.flatten(0, 1), positive.flatten(), reduction="none").view_as(targets)
+        return (losses * targets).sum() / targets.sum(), output
+
+    def score_items(self, model, representation, items):
+        return super().score_items(model, representation, items) + self.output_bias[items]
+
+    def score_all(self, model, representation):
+        return super().score_all(model, representation) + self.output_bias
+
+    def evaluation_input(self, model, item_seq: torch.Tensor, lengths: torch.Tensor):
+        """The sequence with [MASK] appended, and the mask's position."""
+        mask_token = model.n_items
+        batch = torch.arange(item_seq.size(0), device=item_seq.device)
+        if self.options.recbole_quirks:
+            padded = F.pad(item_seq, (0, 1))
+            padded[batch, lengths] = mask_token
+            return padded[:, 1:], lengths - 1
+        full = lengths >= item_seq.size(1)
+        shifted = torch.where(full[:, None], item_seq.roll(-1, dims=1), item_seq)
+        position = torch.where(full, lengths - 1, lengths)
+        shifted = shifted.clone()
+        shifted[batch, position] = mask_token
+        return shifted, position
+
+    def user_representation(self, model, interaction):
+        item_seq, position = self.evaluation_input(model, interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN])
+        output = model.encode(item_seq, causal=False)
+        return self.head(model.gather_indexes(output.hidden, position))

@@ -1,0 +1,116 @@
+"""``SeqTransformer``: the one composable transformer every paper model is a preset of.
+
+Slots (YAML keys): ``backbone`` (:mod:`recbole_ext.models.backbones`), ``attention`` and
+``position`` (:mod:`recbole_ext.nn`), ``aux_losses``. With the defaults it is RecBole's SASRec,
+numerically (``tests/models/test_recbole_parity.py``); with ``backbone: bert4rec`` and
+``hidden_dropout_prob``/``attn_dropout_prob`` 0.2 it is RecBole's BERT4Rec.
+
+RecBole's contract: ``calculate_loss`` returns the main loss, or a tuple ``(main, aux...)`` whose
+names are ``loss_names`` (RecBole's trainer sums a tuple; ours also logs each term by name).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from recbole.model.abstract_recommender import SequentialRecommender
+from torch import nn
+
+from recbole_ext.config.schema import Key, in_range
+from recbole_ext.models.backbones import BACKBONE
+from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
+from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
+from recbole_ext.nn.dropout import Dropout
+from recbole_ext.nn.transformer import ACTIVATIONS
+
+PROPERTIES = Path(__file__).parent / "properties"
+probability = in_range(0.0, 1.0, high_open=True)
+positive = in_range(1)
+
+
+class SeqTransformer(SequentialRecommender):
+    DEFAULT_CONFIG = PROPERTIES / "SeqTransformer.yaml"
+    CONFIG_SCHEMA = {
+        "backbone": Key(str | dict, "backbone part", parse=lambda v, w: parse_part_spec(BACKBONE, v, w)),
+        "attention": Key(str | dict, "attention part", parse=lambda v, w: parse_part_spec(ATTENTION, v, w)),
+        "position": Key(str | dict, "position part", parse=lambda v, w: parse_part_spec(POSITION, v, w)),
+        "aux_losses": Key(list | None, "auxiliary loss terms", parse=parse_aux_losses),
+        "n_layers": Key(int, "transformer blocks", positive),
+        "n_heads": Key(int, "attention heads", positive),
+        "hidden_size": Key(int, "model width", positive),
+        "inner_size": Key(int, "feed-forward width", positive),
+        "hidden_dropout_prob": Key(float, "dropout on embeddings and block outputs", probability),
+        "attn_dropout_prob": Key(float, "dropout on attention probabilities", probability),
+        "hidden_act": Key(Literal[tuple(ACTIVATIONS)], "feed-forward activation"),
+        "layer_norm_eps": Key(float, "layer norm epsilon", in_range(0.0, low_open=True)),
+        "initializer_range": Key(float, "std of the normal weight init", in_range(0.0, low_open=True)),
+        "loss_type": Key(Literal["CE", "BPR"], "main loss"),
+        "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py)"),
+        "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
+    }
+
+    @staticmethod
+    def check_config(values: dict[str, Any]):
+        if values["hidden_size"] % values["n_heads"]:
+            yield "hidden_size", f"{values['hidden_size']} is not a multiple of n_heads ({values['n_heads']})"
+
+    @staticmethod
+    def derived_recbole_config(values: dict[str, Any]) -> dict[str, Any]:
+        backbone = parse_part_spec(BACKBONE, values["backbone"], "backbone")
+        return dict(BACKBONE.get(backbone.name).required_recbole_config)
+
+    def __init__(self, config, dataset):
+        super().__init__(config, dataset)
+        self.loss_type = config["loss_type"]
+        self.initializer_range = config["initializer_range"]
+        self.dims = TransformerDims.from_config(config, self.max_seq_length)
+        for name, problem in self.check_config(config):
+            raise ValueError(f"{name}: {problem}")
+
+        self.backbone = BACKBONE.build(parse_part_spec(BACKBONE, config["backbone"], "backbone"), self, config)
+        self.item_embedding = nn.Embedding(self.n_items + self.backbone.extra_tokens, self.dims.hidden_size, padding_idx=0)
+        self.position = POSITION.build(parse_part_spec(POSITION, config["position"], "position"), self.dims)
+        self.input_norm = nn.LayerNorm(self.dims.hidden_size, eps=self.dims.layer_norm_eps)
+        self.input_dropout = Dropout(self.dims.hidden_dropout_prob, self.dims.dropout_impl)
+        self.encoder = TransformerEncoder(self.dims, parse_part_spec(ATTENTION, config["attention"], "attention"))
+
+        self.aux_specs = parse_aux_losses(config["aux_losses"], "aux_losses")
+        self.aux_losses = nn.ModuleList(AUX_LOSS.build(spec.part, self) for spec in self.aux_specs)
+        self.loss_names = ("main", *(spec.name for spec in self.aux_specs)) if self.aux_specs else ()
+        self.wants = frozenset().union(*(loss.wants for loss in self.aux_losses))
+
+        self.apply(self._init_weights)
+        for module in self.modules():  # parts with their own init (e.g. zero-initialised tables)
+            if module is not self and hasattr(module, "reset_part_parameters"):
+                module.reset_part_parameters()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """RecBole's init: N(0, initializer_range) weights, zero biases, unit layer norms."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.data.normal_(mean=0.0, std=self.initializer_range)
+        elif isinstance(module, nn.LayerNorm):
+            module.bias.data.zero_()
+            module.weight.data.fill_(1.0)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            module.bias.data.zero_()
+
+    def encode(self, item_seq: torch.Tensor, causal: bool) -> EncoderOutput:
+        """Item ids [B, L] (0 = padding) → per-position states [B, L, D]."""
+        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants)
+        hidden = self.position.embed_input(self.item_embedding(item_seq), context)
+        hidden = self.encoder(self.input_dropout(self.input_norm(hidden)), context)
+        return EncoderOutput(hidden, context)
+
+    def calculate_loss(self, interaction):
+        main, output = self.backbone.training_loss(self, interaction)
+        if not self.aux_losses:
+            return main
+        return (main, *(spec.weight * loss(self, interaction, output) for spec, loss in zip(self.aux_specs, self.aux_losses)))
+
+    def predict(self, interaction):
+        representation = self.backbone.user_representation(self, interaction)
+        return self.backbone.score_items(self, representation, interaction[self.ITEM_ID])
+
+    def full_sort_predict(self, interaction):
+        return self.backbone.score_all(self, self.backbone.user_representation(self, interaction))

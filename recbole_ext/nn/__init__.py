@@ -1,0 +1,18 @@
+"""Parts of the composable transformer, one file per family; no RecBole imports here.
+
+Slots and their registries: ``ATTENTION`` (how a layer mixes positions), ``POSITION`` (how order
+enters: at the input, as a rotation of queries/keys, or as a logit bias), ``AUX_LOSS`` (extra named
+loss terms). Backbones know RecBole's batch fields and live in ``recbole_ext.models``.
+"""
+from recbole_ext.nn import attention_softmax, losses, position_basic  # noqa: F401  (register parts)
+from recbole_ext.nn.context import AttentionContext, EncoderOutput, TransformerDims
+from recbole_ext.nn.losses import AUX_LOSS, AuxLoss, AuxLossSpec, parse_aux_losses
+from recbole_ext.nn.registry import PartSpec, Registry, parse_part_spec
+from recbole_ext.nn.slots import ATTENTION, POSITION, AttentionPart, PositionPart
+from recbole_ext.nn.transformer import TransformerBlock, TransformerEncoder
+
+__all__ = [
+    "ATTENTION", "AUX_LOSS", "POSITION", "AttentionContext", "AttentionPart", "AuxLoss", "AuxLossSpec",
+    "EncoderOutput", "PartSpec", "PositionPart", "Registry", "TransformerBlock", "TransformerDims",
+    "TransformerEncoder", "parse_aux_losses", "parse_part_spec",
+]

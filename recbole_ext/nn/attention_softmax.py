@@ -1,0 +1,85 @@
+"""Scaled dot-product multi-head attention (Vaswani et al. 2017, Eq. 1), RecBole's layout.
+
+The reference every paper's attention departs from. Parameter names (``query``, ``key``, ``value``,
+``dense``) follow RecBole's ``MultiHeadAttention`` so its checkpoints map one to one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recbole_ext.nn.context import AttentionContext, TransformerDims
+from recbole_ext.nn.dropout import Dropout
+from recbole_ext.nn.slots import ATTENTION, AttentionPart
+
+
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[B, L, H*d] → [B, H, L, d]."""
+    batch, length, _ = x.shape
+    return x.view(batch, length, n_heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, H, L, d] → [B, L, H*d]."""
+    batch, heads, length, size = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * size)
+
+
+class QKVAttention(AttentionPart):
+    """Shared frame of attention parts with query/key/value/output projections (RecBole names)."""
+
+    def __init__(self, options, dims: TransformerDims, layer_index: int):
+        super().__init__(options, dims, layer_index)
+        if dims.hidden_size % dims.n_heads:
+            raise ValueError(f"hidden_size ({dims.hidden_size}) is not a multiple of n_heads ({dims.n_heads})")
+        self.query = nn.Linear(dims.hidden_size, dims.hidden_size)
+        self.key = nn.Linear(dims.hidden_size, dims.hidden_size)
+        self.value = nn.Linear(dims.hidden_size, dims.hidden_size)
+        self.dense = nn.Linear(dims.hidden_size, dims.hidden_size)
+
+    def project(self, hidden: torch.Tensor, context: AttentionContext):
+        """Per-head Q, K, V ([B, H, L, d]) with the position part's rotation applied to Q and K."""
+        heads = self.dims.n_heads
+        query = split_heads(self.query(hidden), heads)
+        key = split_heads(self.key(hidden), heads)
+        value = split_heads(self.value(hidden), heads)
+        query, key = context.position.rotate_query_key(query, key, context)
+        return query, key, value
+
+    def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        query, key, value = self.project(hidden, context)
+        return self.dense(merge_heads(self.mix(query, key, value, context)))
+
+
+@ATTENTION.register("softmax")
+class SoftmaxAttention(QKVAttention):
+    """softmax(Q Kᵀ / √d_head + bias + mask) V, with dropout on the attention probabilities."""
+
+    @dataclass(frozen=True)
+    class Options:
+        # Logit scale; null = 1/√d_head (the paper's). Divides by √d_head exactly like RecBole.
+        scale: float | None = None
+
+        def validate(self):
+            if self.scale is not None and self.scale <= 0:
+                return f"scale must be > 0, got {self.scale}"
+
+    def __init__(self, options, dims: TransformerDims, layer_index: int):
+        super().__init__(options, dims, layer_index)
+        self.inverse_scale = math.sqrt(dims.head_size) if options.scale is None else 1.0 / options.scale
+        self.attn_dropout = Dropout(dims.attn_dropout_prob, dims.dropout_impl)
+
+    def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        scores = torch.matmul(query, key.transpose(-1, -2)) / self.inverse_scale
+        bias = context.position.logit_bias(query, key, context)
+        if bias is not None:
+            scores = scores + bias
+        probs = torch.softmax(scores + context.additive_mask, dim=-1)
+        context.record("attention_probs", probs)
+        return torch.matmul(self.attn_dropout(probs), value)

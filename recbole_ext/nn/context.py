@@ -1,0 +1,107 @@
+"""What the parts of one encoder pass share: sizes, masks, and records for auxiliary losses.
+
+Parts never reach into each other: a position part that acts inside attention is handed to the
+attention part through :class:`AttentionContext`, and anything an auxiliary loss needs from inside
+a layer (attention probabilities, per-layer states, ...) is written to ``context.records`` only
+when some loss asked for it (``context.wants``), so the common path pays nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from recbole_ext.nn.slots import PositionPart
+
+# The additive value for a masked logit. RecBole uses -10000: after softmax it is exactly 0 in fp32
+# and bf16 like -inf, but a row whose keys are all masked stays finite (uniform) instead of NaN.
+MASKED_LOGIT = -10000.0
+
+
+@dataclass(frozen=True)
+class TransformerDims:
+    """Sizes and settings shared by every block (RecBole's key names)."""
+
+    hidden_size: int
+    n_heads: int
+    inner_size: int
+    n_layers: int
+    hidden_dropout_prob: float
+    attn_dropout_prob: float
+    hidden_act: str
+    layer_norm_eps: float
+    max_seq_length: int
+    dropout_impl: str = "fast"  # see nn/dropout.py
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.n_heads
+
+    @classmethod
+    def from_config(cls, config: Any, max_seq_length: int) -> "TransformerDims":
+        return cls(
+            hidden_size=config["hidden_size"],
+            n_heads=config["n_heads"],
+            inner_size=config["inner_size"],
+            n_layers=config["n_layers"],
+            hidden_dropout_prob=config["hidden_dropout_prob"],
+            attn_dropout_prob=config["attn_dropout_prob"],
+            hidden_act=config["hidden_act"],
+            layer_norm_eps=config["layer_norm_eps"],
+            max_seq_length=max_seq_length,
+            dropout_impl=config["dropout_impl"] or "fast",
+        )
+
+
+@dataclass
+class AttentionContext:
+    """Per-pass inputs of the attention slot.
+
+    ``item_seq``: [B, L] item ids, 0 = padding (RecBole left-aligns sequences, padding trails).
+    ``causal``: position t may only see positions <= t.
+    ``position``: the position part, for its in-attention hooks.
+    """
+
+    item_seq: torch.Tensor
+    causal: bool
+    position: "PositionPart"
+    layer_index: int = 0
+    wants: frozenset[str] = frozenset()
+    records: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    _additive_mask: torch.Tensor | None = None
+
+    @property
+    def key_padding(self) -> torch.Tensor:
+        """[B, L] bool, True for real items."""
+        return self.item_seq != 0
+
+    @property
+    def additive_mask(self) -> torch.Tensor:
+        """[B, 1, L, L] float: 0 where query i may attend key j, ``MASKED_LOGIT`` elsewhere (built once per pass)."""
+        if self._additive_mask is None:
+            allowed = self.key_padding[:, None, None, :]
+            if self.causal:
+                length = self.item_seq.size(1)
+                allowed = torch.tril(allowed.expand(-1, -1, length, -1))
+            zero = torch.zeros((), device=self.item_seq.device)
+            self._additive_mask = torch.where(allowed, zero, torch.full_like(zero, MASKED_LOGIT))
+        return self._additive_mask
+
+    def record(self, name: str, value: torch.Tensor) -> None:
+        """Keep ``value`` (one entry per layer) if an auxiliary loss asked for ``name``."""
+        if name in self.wants:
+            self.records.setdefault(name, []).append(value)
+
+
+@dataclass
+class EncoderOutput:
+    """Result of one encoder pass: the last layer's states plus whatever losses asked to record."""
+
+    hidden: torch.Tensor  # [B, L, D]
+    context: AttentionContext
+
+    @property
+    def records(self) -> dict[str, list[torch.Tensor]]:
+        return self.context.records

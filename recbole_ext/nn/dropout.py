@@ -1,0 +1,39 @@
+"""Inverted dropout with a cheaper random stream.
+
+``nn.Dropout`` draws its mask with ``bernoulli_``, which on CPU costs ~2x a uniform draw plus a
+compare: in RecBole's SASRec step (batch 2048, length 50) dropout was a third of the step
+(``benchmarks/train_step.py``). ``impl="fast"`` keeps an element where ``rand >= p`` (mask built in place, ~2.5x faster) — the same
+distribution (keep probability 1 - p, survivors scaled by 1/(1 - p)) from another random stream.
+``impl="torch"`` uses ``F.dropout``: the exact random stream of RecBole's models, for bit-identical
+runs against them.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DropoutImpl = Literal["fast", "torch"]
+
+
+class Dropout(nn.Module):
+    def __init__(self, p: float, impl: DropoutImpl = "fast"):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        self.p = p
+        self.impl = impl
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.impl == "torch" or self.p == 1.0:
+            return F.dropout(x, self.p, training=True)
+        # One multiply forward and backward; the mask is built in place (fp32 uniforms, also under bf16).
+        mask = torch.rand(x.shape, device=x.device).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+        return x * (mask if mask.dtype == x.dtype else mask.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, impl={self.impl}"

@@ -1,0 +1,170 @@
+"""Config → data → model → trainer → run directory. Used by the CLI, sweeps and reproductions.
+
+A run directory (``<output_dir>/<run_name>/``) holds:
+
+- ``config.yaml``    the resolved config (every key, defaults included) and the files it came from
+- ``history.json``   per epoch: each loss term, train/valid time, validation metrics
+- ``metrics.json``   best validation metrics and epoch, test metrics, wall time, versions, status
+- ``model.pth``      the best checkpoint (state dict + plain metadata; ``weights_only=True``)
+- ``run.log``, ``tensorboard/``
+
+Every file is written atomically, so a killed run leaves complete files, and ``metrics.json`` says
+``"status": "running"`` until the run finished.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from recbole_ext.compat import SafeConfig, atomic_write_bytes, config_from_checkpoint, load_checkpoint, versions
+from recbole_ext.config import ResolvedConfig, resolve
+from recbole_ext.data import require_atomic_files
+from recbole_ext.errors import ConfigError
+from recbole_ext.trainer import trainer_class, write_json
+
+LOGGER = logging.getLogger("recbole_ext")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    best_valid_score: float
+    best_valid_result: dict[str, float]
+    test_result: dict[str, float]
+    best_epoch: int | None
+    wall_time_s: float
+
+
+def _float_dict(result: dict | None) -> dict[str, float]:
+    return {k: float(v) for k, v in (result or {}).items()}
+
+
+def make_run_dir(resolved: ResolvedConfig) -> Path:
+    root = Path(resolved.values.get("output_dir") or "runs")
+    name = resolved.values.get("run_name") or "-".join(
+        [time.strftime("%Y%m%d-%H%M%S"), resolved.model_name, resolved.dataset, uuid.uuid4().hex[:6]]
+    )
+    run_dir = (root / name).resolve()
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise ConfigError(f"{resolved.where('run_name')}: run directory {run_dir} already exists and is not empty")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def recbole_config(resolved: ResolvedConfig, checkpoint_dir: Path | None = None) -> SafeConfig:
+    """RecBole's Config for a resolved config; RecBole's own rejections become one-line errors."""
+    values = dict(resolved.values)
+    if "data_path" in values:  # absolute, so the checkpoint's config works from any directory
+        values["data_path"] = os.path.abspath(values["data_path"])
+    if checkpoint_dir is not None:
+        values["checkpoint_dir"] = str(checkpoint_dir)
+    try:
+        return SafeConfig(model=resolved.model_class, dataset=resolved.dataset, config_dict=values)
+    except (ValueError, KeyError, TypeError, NotImplementedError, RuntimeError, AssertionError) as error:
+        raise ConfigError(f"{resolved.files[-1] if resolved.files else 'config'}: RecBole rejected the config: {error}") from None
+
+
+def init_logging(config, log_file: Path | None) -> None:
+    """RecBole's console format, plus a log file in the run directory (not ./log/)."""
+    import colorlog
+    from recbole.utils.logger import RemoveColorFilter, log_colors_config
+
+    level = getattr(logging, str(config["state"] or "INFO").upper(), logging.INFO)
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, "_recbole_ext", False)]:
+        root.removeHandler(handler)
+        handler.close()
+    console = logging.StreamHandler()
+    console.setFormatter(colorlog.ColoredFormatter(
+        "%(log_color)s%(asctime)-15s %(levelname)s  %(message)s", "%d %b %H:%M", log_colors=log_colors_config))
+    handlers = [console]
+    if log_file is not None:
+        file_handler = logging.FileHandler(log_file)
+        file_handler.setFormatter(logging.Formatter("%(asctime)-15s %(levelname)s  %(message)s"))
+        file_handler.addFilter(RemoveColorFilter())
+        handlers.append(file_handler)
+    for handler in handlers:
+        handler.setLevel(level)
+        handler._recbole_ext = True
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def build(config, with_data: bool = True):
+    """RecBole's dataset and loaders, then the model, seeded as RecBole seeds them."""
+    from recbole.data import create_dataset, data_preparation
+    from recbole.utils import init_seed
+
+    init_seed(config["seed"], config["reproducibility"])
+    dataset = create_dataset(config)
+    train_data, valid_data, test_data = data_preparation(config, dataset)
+    init_seed(config["seed"], config["reproducibility"])
+    model = config.model_class(config, train_data._dataset).to(config["device"])
+    return model, dataset, (train_data, valid_data, test_data)
+
+
+def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
+        values: dict[str, Any] | None = None, resolved: ResolvedConfig | None = None) -> RunResult:
+    """Train and test one config; see the module docstring for what it writes."""
+    started = time.time()
+    resolved = resolved or resolve(config_file, overrides, values)
+    require_atomic_files(resolved)
+    if resolved.values.get("num_threads"):
+        torch.set_num_threads(resolved.values["num_threads"])
+    run_dir = make_run_dir(resolved)
+    config_text = yaml.safe_dump(
+        {**resolved.as_dict(), "_sources": [str(p) for p in resolved.files]}, sort_keys=False)
+    atomic_write_bytes(run_dir / "config.yaml", lambda handle: handle.write(config_text.encode()))
+    metrics = {"status": "running", "model": resolved.model_name, "dataset": resolved.dataset,
+               "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_json(run_dir / "metrics.json", metrics)
+
+    config = recbole_config(resolved, checkpoint_dir=run_dir)
+    init_logging(config, run_dir / "run.log")
+    LOGGER.info("run directory: %s", run_dir)
+    model, dataset, (train_data, valid_data, test_data) = build(config)
+    LOGGER.info(dataset)
+    LOGGER.info(model)
+    trainer = trainer_class(config)(config, model, run_dir=run_dir)
+    show_progress = bool(config["show_progress"])
+    best_valid_score, best_valid_result = trainer.fit(train_data, valid_data, saved=True, show_progress=show_progress)
+    test_result = trainer.evaluate(test_data, load_best_model=True, show_progress=show_progress)
+    best_epoch = next((e["epoch"] for e in trainer.history if e.get("valid_score") == float(best_valid_score)), None)
+    result = RunResult(run_dir, float(best_valid_score), _float_dict(best_valid_result), _float_dict(test_result),
+                       best_epoch, time.time() - started)
+    metrics.update(status="finished", best_epoch=best_epoch, best_valid_score=result.best_valid_score,
+                   valid=result.best_valid_result, test=result.test_result, wall_time_s=result.wall_time_s,
+                   epochs_run=len(trainer.history), valid_metric=config["valid_metric"])
+    write_json(run_dir / "metrics.json", metrics)
+    trainer.tensorboard.close()
+    LOGGER.info("best valid: %s", result.best_valid_result)
+    LOGGER.info("test: %s", result.test_result)
+    return result
+
+
+def evaluate_checkpoint(checkpoint_path: str | os.PathLike) -> dict[str, dict[str, float]]:
+    """Rebuild data and model from a checkpoint's own metadata; return valid and test metrics."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    config = config_from_checkpoint(checkpoint)
+    init_logging(config, None)
+    model, _, (_, valid_data, test_data) = build(config)
+    model.load_state_dict(checkpoint["state_dict"])
+    model.load_other_parameter(checkpoint.get("other_parameter"))
+    trainer = trainer_class(config)(config, model)
+    return {
+        "valid": _float_dict(trainer.evaluate(valid_data, load_best_model=False)),
+        "test": _float_dict(trainer.evaluate(test_data, load_best_model=False)),
+    }
+
+
+def print_metrics(title: str, result: dict[str, float], stream=sys.stdout) -> None:
+    print(f"{title}: " + "  ".join(f"{k}={v:.4f}" for k, v in result.items()), file=stream)

@@ -1,0 +1,121 @@
+"""RecBole's trainer loop, plus: named loss terms, per-epoch history, bf16 autocast, a run directory.
+
+:func:`trainer_class` puts :class:`RunTrainerMixin` in front of whatever trainer RecBole would
+use for a model (``Trainer`` for sequential models), so early stopping, evaluation and metrics
+stay RecBole's. Safe and unique checkpoints come from :mod:`recbole_ext.compat`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from recbole.utils import get_trainer
+from torch.nn.utils import clip_grad_norm_
+from tqdm import tqdm
+
+from recbole_ext.compat import atomic_write_bytes
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Atomic JSON write (a killed run never leaves a truncated file)."""
+    data = (json.dumps(payload, indent=2, default=float) + "\n").encode()
+    atomic_write_bytes(path, lambda handle: handle.write(data))
+
+
+def loss_names_of(model, count: int) -> tuple[str, ...]:
+    names = tuple(getattr(model, "loss_names", ()) or ())
+    return names if len(names) == count else tuple(f"loss{i + 1}" for i in range(count))
+
+
+class RunTrainerMixin:
+    """Goes before a RecBole trainer class in the MRO; see the module docstring."""
+
+    def __init__(self, config, model, run_dir: Path | None = None):
+        super().__init__(config, model)
+        self.bf16 = bool(config["bf16"]) if "bf16" in config else False
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.history: list[dict[str, Any]] = []
+        if self.run_dir is not None:
+            self.saved_model_file = str(self.run_dir / "model.pth")
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+
+    def autocast(self):
+        if not self.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def _train_epoch(self, train_data, epoch_idx, loss_func=None, show_progress=False):
+        """RecBole's epoch, with per-term sums kept on device (no host sync per step) and bf16."""
+        self.model.train()
+        loss_func = loss_func or self.model.calculate_loss
+        batches = (
+            tqdm(train_data, total=len(train_data), ncols=100, desc=f"Train {epoch_idx:>5}")
+            if show_progress else train_data
+        )
+        totals = None
+        started = time.perf_counter()
+        for interaction in batches:
+            interaction = interaction.to(self.device)
+            self.optimizer.zero_grad()
+            with self.autocast():
+                losses = loss_func(interaction)
+            terms = losses if isinstance(losses, tuple) else (losses,)
+            loss = sum(terms)
+            self._check_nan(loss)
+            loss.backward()
+            if self.clip_grad_norm:
+                clip_grad_norm_(self.model.parameters(), **self.clip_grad_norm)
+            self.optimizer.step()
+            detached = torch.stack([term.detach().float() for term in terms])
+            totals = detached if totals is None else totals + detached
+        sums = tuple(totals.tolist()) if totals is not None else (0.0,)
+        names = loss_names_of(self.model, len(sums)) if len(sums) > 1 else ("loss",)
+        entry = {"epoch": epoch_idx, "train_time_s": time.perf_counter() - started,
+                 "train_loss": dict(zip(names, sums))}
+        if len(sums) > 1:
+            entry["train_loss"]["total"] = sum(sums)
+        self.history.append(entry)
+        self._write_history()
+        return sums if len(sums) > 1 else sums[0]
+
+    def _generate_train_loss_output(self, epoch_idx, s_time, e_time, losses):
+        if not isinstance(losses, tuple):
+            return super()._generate_train_loss_output(epoch_idx, s_time, e_time, losses)
+        places = self.config["loss_decimal_place"] or 4
+        terms = ", ".join(f"{name}: {value:.{places}f}" for name, value in zip(loss_names_of(self.model, len(losses)), losses))
+        return f"epoch {epoch_idx} training [time: {e_time - s_time:.2f}s, train loss: {sum(losses):.{places}f} ({terms})]"
+
+    def _add_train_loss_to_tensorboard(self, epoch_idx, losses, tag="Loss/Train"):
+        if not isinstance(losses, tuple):
+            return super()._add_train_loss_to_tensorboard(epoch_idx, losses, tag)
+        for name, value in zip(loss_names_of(self.model, len(losses)), losses):
+            self.tensorboard.add_scalar(f"{tag}/{name}", value, epoch_idx)
+        self.tensorboard.add_scalar(f"{tag}/total", sum(losses), epoch_idx)
+
+    def _valid_epoch(self, valid_data, show_progress=False):
+        started = time.perf_counter()
+        valid_score, valid_result = super()._valid_epoch(valid_data, show_progress=show_progress)
+        if self.history:
+            self.history[-1].update(
+                valid_score=float(valid_score),
+                valid={k: float(v) for k, v in valid_result.items()},
+                valid_time_s=time.perf_counter() - started,
+            )
+            self._write_history()
+        return valid_score, valid_result
+
+    def _write_history(self) -> None:
+        if self.run_dir is not None:
+            write_json(self.run_dir / "history.json", self.history)
+
+
+def trainer_class(config) -> type:
+    """RecBole's trainer for this model, with :class:`RunTrainerMixin` in front."""
+    base = get_trainer(config["MODEL_TYPE"], config["model"])
+    return type(f"Run{base.__name__}", (RunTrainerMixin, base), {})
