@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,7 +47,8 @@ def _float_dict(result: dict | None) -> dict[str, float]:
     return {k: float(v) for k, v in (result or {}).items()}
 
 
-def make_run_dir(resolved: ResolvedConfig) -> Path:
+def plan_run_dir(resolved: ResolvedConfig) -> Path:
+    """The run directory's path (created only once RecBole accepted the config)."""
     root = Path(resolved.values.get("output_dir") or "runs")
     name = resolved.values.get("run_name") or "-".join(
         [time.strftime("%Y%m%d-%H%M%S"), resolved.model_name, resolved.dataset, uuid.uuid4().hex[:6]]
@@ -56,7 +56,6 @@ def make_run_dir(resolved: ResolvedConfig) -> Path:
     run_dir = (root / name).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
         raise ConfigError(f"{resolved.where('run_name')}: run directory {run_dir} already exists and is not empty")
-    run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
@@ -120,7 +119,9 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
     require_atomic_files(resolved)
     if resolved.values.get("num_threads"):
         torch.set_num_threads(resolved.values["num_threads"])
-    run_dir = make_run_dir(resolved)
+    run_dir = plan_run_dir(resolved)
+    config = recbole_config(resolved, checkpoint_dir=run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(
         {**resolved.as_dict(), "_sources": [str(p) for p in resolved.files]}, sort_keys=False)
     atomic_write_bytes(run_dir / "config.yaml", lambda handle: handle.write(config_text.encode()))
@@ -128,7 +129,6 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
                "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json(run_dir / "metrics.json", metrics)
 
-    config = recbole_config(resolved, checkpoint_dir=run_dir)
     init_logging(config, run_dir / "run.log")
     LOGGER.info("run directory: %s", run_dir)
     model, dataset, (train_data, valid_data, test_data) = build(config)
@@ -166,5 +166,5 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike) -> dict[str, dict[st
     }
 
 
-def print_metrics(title: str, result: dict[str, float], stream=sys.stdout) -> None:
-    print(f"{title}: " + "  ".join(f"{k}={v:.4f}" for k, v in result.items()), file=stream)
+def print_metrics(title: str, result: dict[str, float]) -> None:
+    print(f"{title}: " + "  ".join(f"{k}={v:.4f}" for k, v in result.items()))

@@ -4,7 +4,8 @@
 - A file may ``extends:`` one or more base files (paths relative to the file, or bare names looked
   up like ``--config``); bases merge first, the file overrides. Mappings merge key by key, except
   that a part mapping whose ``type`` changes is replaced whole (old options do not leak into the
-  new part). Lists and scalars replace.
+  new part); options without ``type`` over a bare part name tune that part. Lists and scalars
+  replace.
 - Duplicate keys, invalid YAML and cycles in ``extends`` are errors naming the file and line.
 - ``--set key=value`` overrides are YAML-parsed; ``a.b=1`` sets a nested option.
 """
@@ -129,6 +130,8 @@ def find_config_file(name: str | os.PathLike, relative_to: Path | None = None) -
 
 def deep_merge(base: Any, override: Any) -> Any:
     """``override`` on top of ``base``; see the module docstring for the part-``type`` rule."""
+    if isinstance(base, str) and isinstance(override, dict) and "type" not in override:
+        base = {"type": base}  # `attention: softmax` then `attention: {scale: 0.5}` tunes that part
     if not (isinstance(base, dict) and isinstance(override, dict)):
         return copy.deepcopy(override)
     if "type" in base and "type" in override and base["type"] != override["type"]:

@@ -59,7 +59,7 @@ def parse_aux_losses(raw: Any, where: str) -> list[AuxLossSpec]:
         raise ConfigError(f"{where}: aux_losses must be a list of mappings, got {raw!r}")
     specs = []
     for index, entry in enumerate(raw):
-        here = f"{where}: aux_losses[{index}]"
+        here = f"{where}[{index}]"
         if isinstance(entry, AuxLossSpec):
             specs.append(entry)
             continue

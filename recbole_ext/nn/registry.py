@@ -80,7 +80,7 @@ class Registry(Generic[T]):
             prefix = f"{where}: " if where else ""
             raise UnknownNameError(
                 f"{prefix}unknown {self.slot} {name!r}{did_you_mean(name, self._parts)}; "
-                f"known: {', '.join(sorted(self._parts))}"
+                f"known: {', '.join(sorted(self._parts)) or 'none registered'}"
             )
         return self._parts[name]
 
