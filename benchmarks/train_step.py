@@ -1,6 +1,6 @@
 """Training-step time: our SASRec-equivalent (SeqTransformer) against stock RecBole SASRec.
 
-    python benchmarks/train_step.py [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N]
+    python benchmarks/train_step.py [--rounds 3] [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N]
 
 Same data (ml-100k, RecBole's loader), same config (RecBole's SASRec defaults: 2 layers, 2 heads,
 hidden 64, dropout 0.5, CE over all items, Adam), same initial weights (RecBole's, copied into
@@ -82,7 +82,7 @@ def worker(variant: str, args) -> dict:
     reference = Path(args.scratch) / "stock_init.pt"
     if variant == "stock":
         torch.save(model.state_dict(), reference)
-    else:
+    elif reference.exists():  # start from stock's weights when it ran first
         from recbole_ext.models.recbole_import import state_dict_from_recbole
 
         model.load_state_dict(state_dict_from_recbole(torch.load(reference, weights_only=True), "SASRec"))
@@ -120,6 +120,7 @@ def worker(variant: str, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="times each variant runs (alternating)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=2048)
@@ -137,27 +138,37 @@ def main() -> None:
 
     import tempfile
 
+    variants = args.variants.split(",")
+    rounds: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
-        results = {}
-        for variant in args.variants.split(","):
-            command = [sys.executable, __file__, "--worker", variant, "--scratch", scratch, "--steps", str(args.steps),
-                       "--warmup", str(args.warmup), "--batch", str(args.batch), "--length", str(args.length),
-                       "--threads", str(args.threads)]
-            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            results[variant] = json.loads(output.strip().splitlines()[-1])
-    stock = results.get("stock")
+        for _ in range(args.rounds):  # variants alternate, so slow phases of a shared machine hit all of them
+            results = {}
+            for variant in variants:
+                command = [sys.executable, __file__, "--worker", variant, "--scratch", scratch,
+                           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
+                           "--length", str(args.length), "--threads", str(args.threads)]
+                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                results[variant] = json.loads(output.strip().splitlines()[-1])
+            rounds.append(results)
     import platform
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
-          f"batch {args.batch}, length {args.length}, {args.steps} timed steps after {args.warmup} warm-up")
-    print(f"{'variant':<10} {'s/step':>8} {'vs stock':>9} {'faults/step':>12}  anomaly  max |loss - stock loss|")
-    for variant, result in results.items():
-        ratio = stock["median_s_per_step"] / result["median_s_per_step"] if stock else float("nan")
-        gap = max(abs(a - b) for a, b in zip(result["losses"], stock["losses"])) if stock else float("nan")
-        print(f"{variant:<10} {result['median_s_per_step']:>8.3f} {ratio:>8.2f}x {result['minor_faults_per_step']:>12.0f}"
-              f"  {str(result['anomaly_mode']):<7}  {gap:.2e}")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+          f"{rounds[0][variants[0]]['threads']}; batch {args.batch}, length {args.length}; {args.rounds} rounds of "
+          f"{args.steps} timed steps after {args.warmup} warm-up; medians over rounds, ratio range in brackets")
+    print(f"{'variant':<10} {'s/step':>8} {'vs stock':>20} {'faults/step':>12}  anomaly  max |loss - stock loss|")
+    for variant in variants:
+        per_round = [r[variant] for r in rounds]
+        seconds = statistics.median(r["median_s_per_step"] for r in per_round)
+        if "stock" in variants:
+            ratios = [r["stock"]["median_s_per_step"] / r[variant]["median_s_per_step"] for r in rounds]
+            ratio_text = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+            gap = max(abs(a - b) for r in rounds for a, b in zip(r[variant]["losses"], r["stock"]["losses"]))
+        else:
+            ratio_text, gap = "-", float("nan")
+        faults = statistics.median(r["minor_faults_per_step"] for r in per_round)
+        print(f"{variant:<10} {seconds:>8.3f} {ratio_text:>20} {faults:>12.0f}  {str(per_round[0]['anomaly_mode']):<7}  {gap:.2e}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps(rounds, indent=2))
 
 
 if __name__ == "__main__":
