@@ -98,7 +98,7 @@ def init_logging(config, log_file: Path | None) -> None:
     root.setLevel(level)
 
 
-def build(config, with_data: bool = True):
+def build(config):
     """RecBole's dataset and loaders, then the model, seeded as RecBole seeds them."""
     from recbole.data import create_dataset, data_preparation
     from recbole.utils import init_seed

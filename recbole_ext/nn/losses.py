@@ -47,9 +47,6 @@ class AuxLossSpec:
     weight: float
     name: str
 
-    def to_yaml(self) -> dict:
-        return {**self.part.to_yaml(), "weight": self.weight, "name": self.name}
-
 
 def parse_aux_losses(raw: Any, where: str) -> list[AuxLossSpec]:
     """Validate the ``aux_losses`` list; names must be unique (they key the logs)."""

@@ -13,6 +13,7 @@ Other packages can add parts through the entry-point groups ``recbole_ext.<slot>
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import types
@@ -37,9 +38,6 @@ class PartSpec:
     name: str
     options: Any
 
-    def to_yaml(self) -> dict:
-        return {"type": self.name, **dataclasses.asdict(self.options)}
-
 
 class Registry(Generic[T]):
     """Name → part class, with entry-point discovery and close-name suggestions."""
@@ -56,7 +54,6 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.slot} part {name!r} is registered twice")
             if not hasattr(cls, "Options"):
                 cls.Options = NoOptions
-            cls.registered_name = name
             self._parts[name] = cls
             return cls
 
@@ -124,59 +121,41 @@ def build_options(options_cls: type, values: dict, where: str):
     return options
 
 
+_ACCEPTED: dict[Any, tuple[type, ...]] = {
+    bool: (bool,), str: (str,), int: (int,), float: (int, float), dict: (dict,), list: (list, tuple),
+    type(None): (type(None),),
+}
+_DESCRIPTIONS = {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
+                 list: "a list", type(None): "null"}
+
+
 def check_type(value: Any, hint: Any, where: str) -> Any:
     """Check ``value`` against a simple type hint; ints are accepted for floats (and converted)."""
-    origin = typing.get_origin(hint)
     if hint is Any:
         return value
+    origin = typing.get_origin(hint)
+    arguments = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in typing.get_args(hint):
-            try:
+        for option in arguments:
+            with contextlib.suppress(ConfigError):
                 return check_type(value, option, where)
-            except ConfigError as error:
-                errors.append(error)
         raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}")
     if origin is Literal:
-        if value not in typing.get_args(hint):
-            choices = ", ".join(repr(a) for a in typing.get_args(hint))
-            raise ConfigError(f"{where}: expected one of {choices}, got {value!r}{did_you_mean(str(value), map(str, typing.get_args(hint)))}")
+        if value not in arguments:
+            choices = ", ".join(repr(a) for a in arguments)
+            raise ConfigError(f"{where}: expected one of {choices}, got {value!r}{did_you_mean(str(value), map(str, arguments))}")
         return value
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        (item_hint, *_) = typing.get_args(hint) or (Any,)
-        return [check_type(item, item_hint, f"{where}[{i}]") for i, item in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return value
-    if hint in (dict, list):
-        if not isinstance(value, hint):
-            raise ConfigError(f"{where}: expected {'a mapping' if hint is dict else 'a list'}, got {value!r}")
-        return value
-    if hint is type(None):
-        if value is not None:
-            raise ConfigError(f"{where}: expected null, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if hint in (bool, str):
-        if not isinstance(value, hint):
-            raise ConfigError(f"{where}: expected {_describe(hint)}, got {value!r}")
-        return value
-    raise TypeError(f"unsupported option type {hint!r} at {where}")
+    base = origin or hint  # list[int] → list, dict[str, Any] → dict
+    if base not in _ACCEPTED:
+        raise TypeError(f"unsupported option type {hint!r} at {where}")
+    if not isinstance(value, _ACCEPTED[base]) or (isinstance(value, bool) and base in (int, float)):
+        raise ConfigError(f"{where}: expected {_describe(base)}, got {value!r}")
+    if base is list and arguments:
+        return [check_type(item, arguments[0], f"{where}[{i}]") for i, item in enumerate(value)]
+    return float(value) if base is float else value
 
 
 def _describe(hint: Any) -> str:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(hint))
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(
-        hint, getattr(hint, "__name__", str(hint))
-    )
+    return _DESCRIPTIONS.get(hint, getattr(hint, "__name__", str(hint)))
