@@ -105,3 +105,12 @@ def test_registry_errors_and_options():
         parse_part_spec(registry, {"type": "round", "radius": "big"}, "here")
     with pytest.raises(ConfigError, match="expected a widget name or a mapping"):
         parse_part_spec(registry, 3, "here")
+
+
+def test_fast_dropout_is_repeatable_under_torch_seeds():
+    layer = Dropout(0.5, "fast").train()
+    torch.manual_seed(3)
+    first = layer(torch.ones(1000))
+    torch.manual_seed(3)
+    assert torch.equal(first, layer(torch.ones(1000)))
+    assert not torch.equal(first, layer(torch.ones(1000)))
