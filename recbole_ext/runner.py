@@ -128,6 +128,15 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
     metrics = {"status": "running", "model": resolved.model_name, "dataset": resolved.dataset,
                "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json(run_dir / "metrics.json", metrics)
+    try:
+        return _train_and_test(config, run_dir, metrics, started)
+    except BaseException as error:
+        metrics.update(status="failed", error=f"{error.__class__.__name__}: {error}")
+        write_json(run_dir / "metrics.json", metrics)
+        raise
+
+
+def _train_and_test(config, run_dir: Path, metrics: dict, started: float) -> RunResult:
 
     init_logging(config, run_dir / "run.log")
     LOGGER.info("run directory: %s", run_dir)
@@ -138,7 +147,8 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
     show_progress = bool(config["show_progress"])
     best_valid_score, best_valid_result = trainer.fit(train_data, valid_data, saved=True, show_progress=show_progress)
     test_result = trainer.evaluate(test_data, load_best_model=True, show_progress=show_progress)
-    best_epoch = next((e["epoch"] for e in trainer.history if e.get("valid_score") == float(best_valid_score)), None)
+    # RecBole's early stopping keeps the latest of equally good epochs (it compares with >=).
+    best_epoch = next((e["epoch"] for e in reversed(trainer.history) if e.get("valid_score") == float(best_valid_score)), None)
     result = RunResult(run_dir, float(best_valid_score), _float_dict(best_valid_result), _float_dict(test_result),
                        best_epoch, time.time() - started)
     metrics.update(status="finished", best_epoch=best_epoch, best_valid_score=result.best_valid_score,

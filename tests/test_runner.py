@@ -56,7 +56,8 @@ def test_aux_losses_are_logged_as_named_terms(in_tmp):
     assert set(terms) == {"main", "entropy", "total"}
     assert terms["total"] == pytest.approx(terms["main"] + terms["entropy"])
     assert 0 < terms["entropy"] < terms["main"]
-    assert "entropy:" in (result.run_dir / "run.log").read_text() or True  # log level WARNING in tests
+    log = run(TINY_CONFIG, ["epochs=1", "state=INFO", "aux_losses=[{type: test_attention_entropy, weight: 0.1, name: entropy}]"])
+    assert "(main: " in (log.run_dir / "run.log").read_text() and "entropy: " in (log.run_dir / "run.log").read_text()
 
 
 def test_recbole_baseline_runs_through_the_same_runner(in_tmp):
@@ -84,3 +85,17 @@ def test_existing_run_directory_is_never_overwritten(in_tmp):
 
     with pytest.raises(ConfigError, match="already exists"):
         run(TINY_CONFIG, ["epochs=1", "run_name=fixed"])
+
+
+def test_a_crashed_run_says_failed_and_keeps_complete_files(in_tmp, monkeypatch):
+    from recbole.trainer import Trainer
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setattr(Trainer, "fit", crash)
+    with pytest.raises(RuntimeError):
+        run(TINY_CONFIG, ["run_name=crashed"])
+    metrics = json.loads((in_tmp / "runs" / "crashed" / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and "out of memory (simulated)" in metrics["error"]
+    assert yaml.safe_load((in_tmp / "runs" / "crashed" / "config.yaml").read_text())["model"] == "SeqTransformer"
