@@ -369,7 +369,9 @@ def _wrap_internal_config(original):
         original(self, model, model_class, dataset)
         default_file = getattr(model_class, "DEFAULT_CONFIG", None)
         if default_file is not None:
-            self._update_internal_config_dict(str(default_file))
+            from recbole_ext.config.loader import load_config_chain
+
+            self.internal_config_dict.update(load_config_chain(default_file).values)
 
     _load_internal_config_dict.__wrapped__ = original
     return _load_internal_config_dict

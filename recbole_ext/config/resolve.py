@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recbole_ext.config.loader import MergedConfig, apply_overrides, load_config_chain, load_yaml
+from recbole_ext.config.loader import MergedConfig, apply_overrides, load_config_chain
 from recbole_ext.config.schema import (
     FRAMEWORK_KEYS, Key, key_from_default, recbole_dataset_defaults, recbole_general_defaults,
     recbole_model_defaults,
@@ -44,9 +44,9 @@ class ResolvedConfig:
 
 def _model_defaults(model_class: type, info: ModelInfo) -> tuple[dict[str, Any], Any]:
     default_file = getattr(model_class, "DEFAULT_CONFIG", None)
-    if default_file is not None:
-        file = load_yaml(default_file)
-        return file.data, file.where
+    if default_file is not None:  # a preset's defaults may extend another model's
+        chain = load_config_chain(default_file)
+        return chain.values, chain.where
     if info.source == "recbole":
         return recbole_model_defaults(info.name), lambda key: f"RecBole's {info.name}.yaml"
     return {}, lambda key: "model defaults"

@@ -7,6 +7,12 @@ numerically (``tests/models/test_recbole_parity.py``); with ``backbone: bert4rec
 
 RecBole's contract: ``calculate_loss`` returns the main loss, or a tuple ``(main, aux...)`` whose
 names are ``loss_names`` (RecBole's trainer sums a tuple; ours also logs each term by name).
+
+A paper model is a preset: a subclass that only names its default YAML, which ``extends`` this
+model's defaults and picks parts (registered under ``recbole_ext.models`` in setup.cfg)::
+
+    class MyPaperModel(SeqTransformer):
+        DEFAULT_CONFIG = PROPERTIES / "MyPaperModel.yaml"   # extends: SeqTransformer.yaml
 """
 from __future__ import annotations
 
