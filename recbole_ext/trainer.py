@@ -18,6 +18,11 @@ from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
 
 from recbole_ext.compat import atomic_write_bytes
+from recbole_ext.errors import RecboleExtError
+
+
+class TrainingDiverged(RecboleExtError):
+    """The loss became NaN: reported in one line, and the run directory says ``failed``."""
 
 
 def write_json(path: Path, payload: Any) -> None:
@@ -46,9 +51,18 @@ class RunTrainerMixin:
             self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
 
     def autocast(self):
-        if not self.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        """bf16 autocast for ``bf16: true``; RecBole's ``enable_amp`` (fp16 on CUDA) keeps working."""
+        if self.bf16:
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        if self.enable_amp:
+            return torch.autocast(device_type=self.device.type)
+        return contextlib.nullcontext()
+
+    def _check_nan(self, loss):
+        if torch.isnan(loss):
+            raise TrainingDiverged(
+                f"training loss is NaN in epoch {len(self.history)}; lower learning_rate or set clip_grad_norm"
+            )
 
     def _train_epoch(self, train_data, epoch_idx, loss_func=None, show_progress=False):
         """RecBole's epoch, with per-term sums kept on device (no host sync per step) and bf16."""
@@ -59,6 +73,7 @@ class RunTrainerMixin:
             if show_progress else train_data
         )
         totals = None
+        scaler = torch.amp.GradScaler(self.device.type, enabled=self.enable_scaler)
         started = time.perf_counter()
         for interaction in batches:
             interaction = interaction.to(self.device)
@@ -68,10 +83,12 @@ class RunTrainerMixin:
             terms = losses if isinstance(losses, tuple) else (losses,)
             loss = sum(terms)
             self._check_nan(loss)
-            loss.backward()
+            scaler.scale(loss).backward()
             if self.clip_grad_norm:
+                scaler.unscale_(self.optimizer)
                 clip_grad_norm_(self.model.parameters(), **self.clip_grad_norm)
-            self.optimizer.step()
+            scaler.step(self.optimizer)
+            scaler.update()
             detached = torch.stack([term.detach().float() for term in terms])
             totals = detached if totals is None else totals + detached
         sums = tuple(totals.tolist()) if totals is not None else (0.0,)

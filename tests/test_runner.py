@@ -99,3 +99,12 @@ def test_a_crashed_run_says_failed_and_keeps_complete_files(in_tmp, monkeypatch)
     metrics = json.loads((in_tmp / "runs" / "crashed" / "metrics.json").read_text())
     assert metrics["status"] == "failed" and "out of memory (simulated)" in metrics["error"]
     assert yaml.safe_load((in_tmp / "runs" / "crashed" / "config.yaml").read_text())["model"] == "SeqTransformer"
+
+
+def test_nan_loss_is_a_one_line_error(in_tmp, capsys):
+    from recbole_ext.cli import main
+
+    code = main(["run", "--config", str(TINY_CONFIG), "--set", "learning_rate=1.0e+30", "--set", "run_name=nan"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "training loss is NaN in epoch" in err, err
+    assert json.loads((in_tmp / "runs" / "nan" / "metrics.json").read_text())["status"] == "failed"
