@@ -1,4 +1,4 @@
-"""The ``recbole-ext`` command: ``run``, ``evaluate``, ``list``.
+"""The ``recbole-ext`` command: ``run``, ``evaluate``, ``list``, ``data``.
 
 Errors in the user's input (config, names, data, checkpoints) print one line and exit 2.
 """
@@ -23,6 +23,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = commands.add_parser("list", help="list models (and parts) and where they come from")
     listing.add_argument("--parts", action="store_true", help="also list backbones, attention, position and aux-loss parts")
+
+    from recbole_ext.data.cli import add_data_parser  # light: no pandas/torch at parse time
+
+    add_data_parser(commands)
     return parser
 
 
@@ -63,20 +67,26 @@ def command_list(args) -> int:
     return 0
 
 
+def command_data(args) -> int:
+    from recbole_ext.data.cli import command_data as handler
+
+    return handler(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        import recbole_ext
+    try:  # first: the parser imports the package, which checks the RecBole version
+        import recbole_ext  # noqa: F401
         from recbole_ext.errors import RecboleExtError
     except ImportError as error:  # wrong or missing RecBole: one line
         print(f"recbole-ext: error: {error}", file=sys.stderr)
         return 2
+    args = build_parser().parse_args(argv)
     if args.version:
         from recbole_ext.compat import versions
 
         print(" ".join(f"{k}={v}" for k, v in versions().items()))
         return 0
-    handlers = {"run": command_run, "evaluate": command_evaluate, "list": command_list}
+    handlers = {"run": command_run, "evaluate": command_evaluate, "list": command_list, "data": command_data}
     if args.command is None:
         build_parser().print_help()
         return 2

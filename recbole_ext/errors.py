@@ -41,3 +41,7 @@ def did_you_mean(name: str, candidates: Iterable[str], n: int = 3) -> str:
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+
+
+class DataFormatError(RecboleExtError):
+    """An input or atomic file is malformed, or a conversion cannot follow the requested protocol."""

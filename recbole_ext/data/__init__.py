@@ -1,4 +1,8 @@
-"""Datasets: checks that a run's atomic files exist (converters come with the data issue)."""
+"""Datasets: converters to RecBole atomic files, paper presets, and the atomic-file checks `run` uses.
+
+Submodules: ``atomic`` (the checker), ``checks`` (what ``run`` calls), ``filters``, ``presets``,
+``converters``, ``stats``, ``cli`` (``recbole-ext data ...``). Only the light ones are imported here.
+"""
 from recbole_ext.data.checks import require_atomic_files
 
 __all__ = ["require_atomic_files"]
