@@ -30,8 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def print_metrics(title: str, result: dict[str, float]) -> None:
+    print(f"{title}: " + "  ".join(f"{k}={v:.4f}" for k, v in result.items()))
+
+
 def command_run(args) -> int:
-    from recbole_ext.runner import print_metrics, run
+    from recbole_ext.runner import run
 
     result = run(args.config, args.overrides)
     print(f"run directory: {result.run_dir}")
@@ -41,7 +45,7 @@ def command_run(args) -> int:
 
 
 def command_evaluate(args) -> int:
-    from recbole_ext.runner import evaluate_checkpoint, print_metrics
+    from recbole_ext.runner import evaluate_checkpoint
 
     results = evaluate_checkpoint(args.checkpoint)
     print_metrics("valid", results["valid"])

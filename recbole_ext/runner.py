@@ -174,7 +174,3 @@ def evaluate_checkpoint(checkpoint_path: str | os.PathLike) -> dict[str, dict[st
         "valid": _float_dict(trainer.evaluate(valid_data, load_best_model=False)),
         "test": _float_dict(trainer.evaluate(test_data, load_best_model=False)),
     }
-
-
-def print_metrics(title: str, result: dict[str, float]) -> None:
-    print(f"{title}: " + "  ".join(f"{k}={v:.4f}" for k, v in result.items()))
