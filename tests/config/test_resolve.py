@@ -140,3 +140,37 @@ def test_recbole_baseline_keys_are_checked_against_its_yaml():
         resolve(TINY_DATA, ["model=SASRec", "backbone=sasrec"])
     with pytest.raises(ConfigError, match="n_layers: expected an integer"):
         resolve(TINY_DATA, ["model=SASRec", "n_layers=1.5"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["aux_losses={type: x}"], r"aux_losses: expected a list"),
+        (["aux_losses=[3]"], r"aux_losses\[0\]: expected a mapping with 'type' and 'weight'"),
+        (["aux_losses=[{type: x, weight: -1.0}]"], r"aux_losses\[0\].weight: must be >= 0"),
+        (["attention={type: softmax, scale: 0.0}"], r"attention \(softmax\): scale must be > 0"),
+        (["epochs.inner=1"], r"--set epochs.inner: 'epochs' is not a mapping"),
+        (["attention.scale=0.5", "attention.scale.deep=1"], r"--set attention.scale.deep: 'scale' is not a mapping"),
+        (["attention.scale.deep=1"], r"--set attention.scale.deep: attention \(softmax\).scale: expected a number"),
+    ],
+)
+def test_more_bad_values(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve(TINY_CONFIG, overrides)
+
+
+def test_aux_loss_names_must_be_unique_and_not_main():
+    from recbole_ext.nn import AUX_LOSS, AuxLoss, parse_aux_losses
+
+    if "test_constant" not in AUX_LOSS.names():
+        AUX_LOSS.register("test_constant")(type("Constant", (AuxLoss,), {}))
+    with pytest.raises(ConfigError, match=r"names must be unique, repeated: test_constant"):
+        parse_aux_losses([{"type": "test_constant"}, {"type": "test_constant"}], "aux_losses")
+    with pytest.raises(ConfigError, match=r"name 'main' is reserved"):
+        parse_aux_losses([{"type": "test_constant", "name": "main"}], "aux_losses")
+
+
+def test_extends_must_name_files(tmp_path):
+    config = write(tmp_path / "c.yaml", "extends: {a: 1}\nmodel: SASRec\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:1: extends must be a file name or a list"):
+        resolve(config)

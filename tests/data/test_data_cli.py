@@ -87,25 +87,28 @@ def test_run_check_rejects_malformed_inter_before_recbole(tmp_path):
         require_atomic_files(resolved)
 
 
-def test_run_check_needs_the_time_field_for_order_TO(tmp_path):
+def _dataset_t(tmp_path) -> tuple[Path, str]:
+    """A one-row dataset 't' with timestamps, and the config lines that point a run at it."""
     data = tmp_path / "d" / "t"
     data.mkdir(parents=True)
     (data / "t.inter").write_text("user_id:token\titem_id:token\ttimestamp:float\n1\t2\t3\n")
-    resolved = _resolved(tmp_path, f"model: SASRec\ndataset: t\ndata_path: {tmp_path / 'd'}\n")
+    return data, f"model: SASRec\ndataset: t\ndata_path: {tmp_path / 'd'}\n"
+
+
+def test_run_check_needs_the_time_field_for_order_TO(tmp_path):
+    data, base = _dataset_t(tmp_path)
+    resolved = _resolved(tmp_path, base)
     with pytest.raises(DataFormatError, match=r"load_col does not load 'timestamp' from t.inter"):
         require_atomic_files(resolved)
     (data / "t.inter").write_text("user_id:token\titem_id:token\n1\t2\n")
-    resolved = _resolved(tmp_path, f"model: SASRec\ndataset: t\ndata_path: {tmp_path / 'd'}\nload_col: ~\n")
+    resolved = _resolved(tmp_path, base + "load_col: ~\n")
     with pytest.raises(DataFormatError, match=r"t.inter:1: eval_args order TO sorts by 'timestamp', which the header lacks"):
         require_atomic_files(resolved)
 
 
 def test_run_checks_a_loaded_item_file(tmp_path):
-    data = tmp_path / "d" / "t"
-    data.mkdir(parents=True)
-    (data / "t.inter").write_text("user_id:token\titem_id:token\ttimestamp:float\n1\t2\t3\n")
+    data, base = _dataset_t(tmp_path)
     (data / "t.item").write_text("item_id:token\tgenre:tokenseq\n2\ta\n")
-    base = f"model: SASRec\ndataset: t\ndata_path: {tmp_path / 'd'}\n"
     require_atomic_files(_resolved(tmp_path, base + "load_col: {inter: [user_id, item_id, timestamp]}\n"))
     with pytest.raises(DataFormatError, match=r"t.item:1: header column 2 'genre' has unknown type 'tokenseq'"):
         require_atomic_files(_resolved(tmp_path, base + "load_col: {inter: [user_id, item_id, timestamp], item: [item_id, genre]}\n"))

@@ -81,3 +81,15 @@ def test_cloze_evaluation_keeps_the_oldest_item_unless_the_sequence_is_full(in_t
     sequence, position = ours.backbone.evaluation_input(ours, item_seq, torch.tensor([3, 4]))
     assert sequence.tolist() == [[4, 5, 6, mask], [2, 3, 4, mask]]
     assert position.tolist() == [3, 3]
+
+
+def test_cloze_backbone_without_the_masking_transform_is_a_clear_error(in_tmp):
+    from recbole_ext.compat import SafeConfig
+    from recbole_ext.errors import ConfigError
+
+    config = SafeConfig(model="SeqTransformer", dataset="ml-100k", config_dict={
+        "backbone": "bert4rec", "train_neg_sample_args": None, "user_inter_num_interval": "[0,40]",
+        "load_col": {"inter": ["user_id", "item_id", "timestamp"]}, "use_gpu": False, "state": "WARNING"})
+    train_data, _, _ = data_preparation(config, create_dataset(config))
+    with pytest.raises(ConfigError, match="needs `transform: mask_itemseq`"):
+        get_model("SeqTransformer")(config, train_data._dataset)

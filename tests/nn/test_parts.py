@@ -114,3 +114,10 @@ def test_fast_dropout_is_repeatable_under_torch_seeds():
     torch.manual_seed(3)
     assert torch.equal(first, layer(torch.ones(1000)))
     assert not torch.equal(first, layer(torch.ones(1000)))
+
+
+def test_a_part_name_cannot_be_registered_twice():
+    registry = Registry("widget")
+    registry.register("a")(type("A", (torch.nn.Module,), {}))
+    with pytest.raises(ValueError, match="registered twice"):
+        registry.register("a")(type("B", (torch.nn.Module,), {}))
