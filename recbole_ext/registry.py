@@ -18,12 +18,20 @@ import importlib.metadata
 import pkgutil
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from recbole_ext.errors import UnknownNameError, did_you_mean
 
+PRESET_MODULE = "recbole_ext.models.presets"
+PRESET_DIR = Path(__file__).parent / "models" / "presets"  # read without importing torch/RecBole
+
+
+def preset_names() -> list[str]:
+    return sorted(path.stem for path in PRESET_DIR.glob("*.yaml"))
+
 ENTRY_POINT_GROUP = "recbole_ext.models"
 
-# Our own models, importable even from a source checkout that was never pip-installed
+# Our own model classes (paper presets are YAML files, found by ``preset_names``), importable even from a source checkout that was never pip-installed
 # (entry points only exist once the package metadata is installed).
 BUILTIN_MODELS = {
     "SeqTransformer": "recbole_ext.models.seq_transformer:SeqTransformer",
@@ -52,6 +60,8 @@ class ModelInfo:
 def plugin_models() -> dict[str, ModelInfo]:
     """Models registered through entry points, plus our built-ins."""
     models = {name: ModelInfo(name, "recbole-ext", target) for name, target in BUILTIN_MODELS.items()}
+    for name in preset_names():
+        models.setdefault(name, ModelInfo(name, "recbole-ext", f"{PRESET_MODULE}:{name}"))
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         distribution = entry_point.dist.name if entry_point.dist is not None else "?"
         source = "recbole-ext" if distribution == "recbole-ext" else f"plugin {distribution}"

@@ -185,8 +185,46 @@ def load_config_chain(name: str | os.PathLike, merged: MergedConfig | None = Non
     return merged
 
 
+def _as_container(value: Any, name: str, key: str):
+    if isinstance(value, str):  # `attention: softmax` → {type: softmax}
+        return {"type": value}
+    if not isinstance(value, (dict, list)):
+        raise ConfigError(f"--set {key}: {name!r} is not a mapping or list")
+    return value
+
+
+def _list_index(items: list, part: str, key: str) -> int:
+    """A list element by position (``aux_losses.0``) or by its ``name``/``type`` (``aux_losses.pcl``)."""
+    if part.lstrip("-").isdigit():
+        index = int(part)
+        if not -len(items) <= index < len(items):
+            raise ConfigError(f"--set {key}: index {index} out of range (the list has {len(items)} entries)")
+        return index
+    matches = [i for i, item in enumerate(items)
+               if isinstance(item, dict) and part in (item.get("name"), item.get("type")) or item == part]
+    if len(matches) != 1:
+        labels = [item.get("name", item.get("type")) if isinstance(item, dict) else item for item in items]
+        problem = "no entry" if not matches else "several entries"
+        raise ConfigError(f"--set {key}: {problem} named {part!r} in the list (entries: {labels})")
+    return matches[0]
+
+
+def _child(container, part: str, key: str):
+    if isinstance(container, list):
+        index = _list_index(container, part, key)
+        container[index] = child = _as_container(container[index], part, key)
+        return child
+    child = container.get(part)
+    if child is None:
+        container[part] = child = {}
+    child = _as_container(child, part, key)
+    container[part] = child
+    return child
+
+
 def apply_overrides(merged: MergedConfig, overrides: list[str]) -> None:
-    """Apply ``key=value`` strings (``--set``); dotted keys set nested options."""
+    """Apply ``key=value`` strings (``--set``); dotted keys set nested options, and reach into lists
+    by index or by an entry's name/type (``aux_losses.pcl.temperature=5``)."""
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -196,19 +234,12 @@ def apply_overrides(merged: MergedConfig, overrides: list[str]) -> None:
         top, *nested = key.split(".")
         if nested:
             current = copy.deepcopy(merged.values.get(top))
-            if isinstance(current, str):  # `attention: softmax` → {type: softmax}
-                current = {"type": current}
-            if current is None:
-                current = {}
-            if not isinstance(current, dict):
-                raise ConfigError(f"--set {key}: {top!r} is not a mapping")
-            target = current
+            root = container = _as_container({} if current is None else current, top, key)
             for part in nested[:-1]:
-                target = target.setdefault(part, {})
-                if not isinstance(target, dict):
-                    raise ConfigError(f"--set {key}: {part!r} is not a mapping")
-            target[nested[-1]] = value
-            value = current
+                container = _child(container, part, key)
+            last = _list_index(container, nested[-1], key) if isinstance(container, list) else nested[-1]
+            container[last] = value
+            value = root
             merged.values[top] = value
             merged.origins[top] = f"--set {key}"
         else:

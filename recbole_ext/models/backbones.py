@@ -34,6 +34,10 @@ class Backbone(nn.Module):
         super().__init__()
         self.options = options
 
+    def embed_items(self, model, item_seq: torch.Tensor, context) -> torch.Tensor:
+        """[B, L] ids → [B, L, D] input vectors before the position part (feature backbones fuse here)."""
+        return model.item_embedding(item_seq)
+
     def training_loss(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
         raise NotImplementedError
 

@@ -101,10 +101,14 @@ class SeqTransformer(SequentialRecommender):
         if isinstance(module, nn.Linear) and module.bias is not None:
             module.bias.data.zero_()
 
-    def encode(self, item_seq: torch.Tensor, causal: bool) -> EncoderOutput:
-        """Item ids [B, L] (0 = padding) → per-position states [B, L, D]."""
-        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants)
-        hidden = self.position.embed_input(self.item_embedding(item_seq), context)
+    def encode(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> EncoderOutput:
+        """Item ids [B, L] (0 = padding) → per-position states [B, L, D].
+
+        ``inputs``: extra tensors for parts (``AttentionContext.inputs``), e.g. timestamps.
+        """
+        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
+                                   inputs=inputs)
+        hidden = self.position.embed_input(self.backbone.embed_items(self, item_seq, context), context)
         hidden = self.encoder(self.input_dropout(self.input_norm(hidden)), context)
         return EncoderOutput(hidden, context)
 

@@ -62,6 +62,8 @@ class AttentionContext:
     ``item_seq``: [B, L] item ids, 0 = padding (RecBole left-aligns sequences, padding trails).
     ``causal``: position t may only see positions <= t.
     ``position``: the position part, for its in-attention hooks.
+    ``inputs``: extra per-batch tensors a backbone hands to parts (e.g. ``timestamps`` [B, L] for
+    time-interval attention), by name; parts that need one raise a clear error when it is absent.
     """
 
     item_seq: torch.Tensor
@@ -69,6 +71,7 @@ class AttentionContext:
     position: "PositionPart"
     layer_index: int = 0
     wants: frozenset[str] = frozenset()
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     records: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     _additive_mask: torch.Tensor | None = None
 

@@ -174,3 +174,15 @@ def test_extends_must_name_files(tmp_path):
     config = write(tmp_path / "c.yaml", "extends: {a: 1}\nmodel: SASRec\n")
     with pytest.raises(ConfigError, match=r"c.yaml:1: extends must be a file name or a list"):
         resolve(config)
+
+
+def test_set_reaches_into_lists_by_index_or_name(tmp_path):
+    from recbole_ext.config.loader import MergedConfig, apply_overrides
+
+    merged = MergedConfig()
+    merged.layer({"aux_losses": [{"type": "a", "weight": 1.0}, {"type": "b", "name": "second"}]}, lambda key: "file")
+    apply_overrides(merged, ["aux_losses.0.weight=0.5", "aux_losses.second.weight=2", "aux_losses.a.scale=3"])
+    assert merged.values["aux_losses"] == [{"type": "a", "weight": 0.5, "scale": 3}, {"type": "b", "name": "second", "weight": 2}]
+    for bad, message in [("aux_losses.5.weight=1", "out of range"), ("aux_losses.c.weight=1", "no entry named 'c'")]:
+        with pytest.raises(ConfigError, match=message):
+            apply_overrides(merged, [bad])

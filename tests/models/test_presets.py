@@ -35,3 +35,28 @@ def test_recbole_config_sees_the_whole_preset_chain(registered, in_tmp):
     config = Config(model="SinusoidalPreset", dataset="ml-100k", config_dict={"train_neg_sample_args": None})
     assert config.model_class is SinusoidalPreset
     assert config["position"] == "sinusoidal" and config["backbone"] == "sasrec" and config["n_layers"] == 1
+
+
+@pytest.fixture
+def yaml_preset_dir(tmp_path, monkeypatch):
+    from recbole_ext.models import presets
+
+    (tmp_path / "SinusoidalYaml.yaml").write_text(
+        f"# A preset written as YAML only.\nextends: {SeqTransformer.DEFAULT_CONFIG}\nposition: sinusoidal\nn_layers: 1\n"
+    )
+    monkeypatch.setattr(registry, "PRESET_DIR", tmp_path)
+    monkeypatch.setattr(presets, "PRESETS", tmp_path)
+    registry.plugin_models.cache_clear()
+    presets.preset_class.cache_clear()
+    yield tmp_path
+    registry.plugin_models.cache_clear()
+    presets.preset_class.cache_clear()
+
+
+def test_a_yaml_file_in_presets_is_a_registered_model(yaml_preset_dir):
+    model_class, info = registry.resolve_model("SinusoidalYaml")
+    assert issubclass(model_class, SeqTransformer) and model_class.__name__ == "SinusoidalYaml"
+    assert info.target == "recbole_ext.models.presets:SinusoidalYaml" and info.load() is model_class
+    assert model_class.__doc__ == "A preset written as YAML only."
+    resolved = resolve(TINY_DATA, ["model=SinusoidalYaml"])
+    assert resolved.values["position"] == "sinusoidal" and resolved.values["n_layers"] == 1
