@@ -85,6 +85,9 @@ class SeqTransformer(SequentialRecommender):
         self.aux_losses = nn.ModuleList(AUX_LOSS.build(spec.part, self) for spec in self.aux_specs)
         self.loss_names = ("main", *(spec.name for spec in self.aux_specs)) if self.aux_specs else ()
         self.wants = frozenset().union(*(loss.wants for loss in self.aux_losses))
+        for part in (self.backbone, *self.aux_losses):  # parts that precompute from the training data
+            if hasattr(part, "bind_dataset"):
+                part.bind_dataset(self, dataset)
 
         self.apply(self._init_weights)
         for module in self.modules():  # parts with their own init (e.g. zero-initialised tables)

@@ -33,6 +33,9 @@ class AuxLoss(nn.Module):
 
     wants: frozenset[str] = frozenset()
 
+    # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
+    # dataset, for losses that precompute from it (e.g. same-target positives).
+
     def __init__(self, options, model: nn.Module):
         super().__init__()
         self.options = options
