@@ -1,0 +1,219 @@
+"""Linear (kernelised) attention: LinRec (Liu et al., SIGIR 2023) and the two efficient-attention
+baselines of its Table 3, the Linear Transformer (Katharopoulos et al. 2020) and Efficient Attention
+(Shen et al. 2021).
+
+All three compute, per head, ``out_t = φ(q_t) · Σ_{m ∈ S(t)} ψ(k_m) v_mᵀ`` (the Linear Transformer
+divides by ``φ(q_t) · Σ_m ψ(k_m)``), forming ``Kᵀ V`` (a d×d matrix) before touching the queries, so
+time and activation memory grow as N·d² instead of N²·d (LinRec §3.4.2). They differ only in the
+feature maps φ, ψ; masking, the causal form and the record of the effective attention matrix are
+shared here.
+
+Masking (option ``mask``), see docs/linrec.md:
+``none``    the authors' code: every query sees every key, padding included. Bidirectional even on
+            SASRec, and a real position's output depends on the padded length N.
+``padding`` padded keys removed (and excluded from LinRec-paper's / EA's per-column statistics).
+``causal``  query t sees keys m ≤ t (padding trails, so never padding), at linear cost
+            (:func:`causal_linear_attention`); per-column statistics run over the prefix only.
+``auto``    ``causal`` on a causal backbone (SASRec, CORE, ...), ``padding`` on a bidirectional one.
+
+Statistics taken per key *column* over positions (LinRec-paper's ρ2, EA's softmax over positions)
+depend on the query position t once the attention is causal; they multiply ψ(k_m)_j by a factor
+that depends on (t, j) only, so they are folded into φ(q_t)_j instead. The result is exact and keeps
+the one ``Kᵀ V`` path for every mode.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from recbole_ext.nn.attention_softmax import QKVAttention
+from recbole_ext.nn.context import MASKED_LOGIT, AttentionContext, TransformerDims
+from recbole_ext.nn.slots import ATTENTION, PositionPart
+
+Mask = Literal["none", "padding", "causal", "auto"]
+
+
+def causal_linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """``out_t = Σ_{m ≤ t} (q_t · k_m) v_m`` for [B, H, N, d] inputs, in memory linear in N.
+
+    Chunked form of the causal linear attention (Katharopoulos et al. 2020, Eq. 10): the exact masked
+    quadratic form inside chunks of ``chunk_size`` positions, plus the running state ``Σ kᵀ v`` of all
+    earlier chunks. Saved for backward per (batch, head): N·C chunk scores and (N/C)·d_k·d_v states.
+    A per-position cumsum of states would hold N·d_k·d_v — more than softmax's N² at N=200, d_h=16.
+    """
+    batch, heads, length, _ = query.shape
+    pad = -length % chunk_size
+    if pad:
+        query, key, value = (F.pad(x, (0, 0, 0, pad)) for x in (query, key, value))
+    chunks = (length + pad) // chunk_size
+    q, k, v = (x.reshape(batch, heads, chunks, chunk_size, x.size(-1)) for x in (query, key, value))
+    within = torch.tril(q @ k.transpose(-1, -2)) @ v
+    states = k.transpose(-1, -2) @ v  # [B, H, chunks, d_k, d_v]
+    earlier = F.pad(states.cumsum(dim=2)[:, :, :-1], (0, 0, 0, 0, 1, 0))  # exclusive: chunks before this one
+    out = within + q @ earlier
+    return out.reshape(batch, heads, chunks * chunk_size, -1)[:, :, :length]
+
+
+def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """Per-column sum over the keys query t sees: all (real) positions → [B, H, 1, d]; the prefix
+    m ≤ t when causal → [B, H, N, d]. ``valid``: [B, 1, N, 1], 1 for real items, or None (keep padding)."""
+    if valid is not None:
+        x = x * valid
+    return x.cumsum(dim=-2) if causal else x.sum(dim=-2, keepdim=True)
+
+
+@dataclass(frozen=True)
+class LinearAttentionOptions:
+    # none: authors' code (bidirectional, padding included); padding; causal; auto (follow the backbone)
+    mask: Mask = "none"
+    # Causal chunk length C; null = d_head, which minimises the N·C + (N/C)·d_head² saved activations.
+    chunk_size: int | None = None
+
+    def validate(self):
+        if self.chunk_size is not None and self.chunk_size < 1:
+            return f"chunk_size must be >= 1, got {self.chunk_size}"
+        return None
+
+
+class KernelAttention(QKVAttention):
+    """Shared frame of the linear attentions: subclasses define the feature maps φ(Q), ψ(K)."""
+
+    Options = LinearAttentionOptions
+    # Divide each output row by φ(q_t) · Σ_m ψ(k_m) (+ this epsilon); None = no row normalisation.
+    row_normaliser_eps: float | None = None
+    # With the default mask `none`, padded keys take part; the instance value follows the options.
+    exact_under_trailing_trim = False
+
+    def __init__(self, options, dims: TransformerDims, layer_index: int):
+        super().__init__(options, dims, layer_index)
+        self.exact_under_trailing_trim = options.mask != "none"
+        self.chunk_size = options.chunk_size or dims.head_size
+
+    def feature_maps(self, query, key, valid, causal) -> tuple[torch.Tensor, torch.Tensor]:
+        """φ(Q), ψ(K) per head ([B, H, N, d]); per-(t, column) key statistics go into φ(Q)."""
+        raise NotImplementedError
+
+    def mask_mode(self, context: AttentionContext) -> tuple[bool, bool]:
+        """(drop padded keys, causal) for this pass."""
+        mode = self.options.mask
+        if mode == "auto":
+            mode = "causal" if context.causal else "padding"
+        return mode != "none", mode == "causal"
+
+    def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        if type(context.position).logit_bias is not PositionPart.logit_bias:
+            raise ValueError(f"{type(self).__name__}: linear attention never forms the N×N logits, so the logit "
+                             f"bias of position part {type(context.position).__name__} cannot apply")
+        drop_padding, causal = self.mask_mode(context)
+        valid = context.key_padding[:, None, :, None].to(query.dtype) if drop_padding else None
+        query, key = self.feature_maps(query, key, valid, causal)
+        if valid is not None:
+            key = key * valid
+        if self.row_normaliser_eps is not None:  # the normaliser is the same product with v = 1
+            value = torch.cat([value, torch.ones_like(value[..., :1])], dim=-1)
+        if causal:
+            out = causal_linear_attention(query, key, value, self.chunk_size)
+        else:
+            out = query @ (key.transpose(-1, -2) @ value)
+        if self.row_normaliser_eps is not None:
+            out = out[..., :-1] / (out[..., -1:] + self.row_normaliser_eps)
+        if "attention_probs" in context.wants:  # quadratic, and only when an auxiliary loss asks
+            context.record("attention_probs", self.attention_matrix(query, key, causal))
+        return out
+
+    def attention_matrix(self, query_features, key_features, causal) -> torch.Tensor:
+        """The effective [B, H, N, N] weights B' = φ(Q) ψ(K)ᵀ that the linear form never builds."""
+        weights = query_features @ key_features.transpose(-1, -2)
+        if causal:
+            weights = torch.tril(weights)
+        if self.row_normaliser_eps is not None:
+            weights = weights / (weights.sum(-1, keepdim=True) + self.row_normaliser_eps)
+        return weights
+
+
+@ATTENTION.register("linrec")
+class LinRecAttention(KernelAttention):
+    """LinRec, Eq. (9): A' = ρ1(elu(Q)) · (ρ2(elu(K))ᵀ V); no parameters beyond the projections.
+
+    ``norm: code`` (the authors' code, which produced the published numbers): Q and K both
+    L2-normalised per token over d_head, one 1/√d_head after the products. ``norm: paper``
+    (Eq. 6): Q rows normalised with 1/√d_head; K *columns* normalised over the N positions with
+    1/√N — over real positions only when padding is masked, over the prefix m ≤ t when causal.
+    Attention dropout is not applied (neither does the authors' code: there is no matrix to drop).
+    """
+
+    @dataclass(frozen=True)
+    class Options(LinearAttentionOptions):
+        norm: Literal["code", "paper"] = "code"
+        l2: bool = True  # false: Fig. 4's "w/o L2" ablation (the scale constants stay)
+        elu: bool = True  # false: Fig. 4's "w/o ELU" ablation
+        # Norms are clamped to >= eps; 0 is the authors' bare division (NaN on an all-zero row).
+        eps: float = 1.0e-12
+
+        def validate(self):
+            if self.eps < 0:
+                return f"eps must be >= 0, got {self.eps}"
+            return LinearAttentionOptions.validate(self)
+
+    def feature_maps(self, query, key, valid, causal):
+        options = self.options
+        if options.elu:  # Eq. (8), applied before the normalisation
+            query, key = F.elu(query), F.elu(key)
+        if options.l2:  # ρ1 (Eq. 6): per query token over its d_head features
+            query = F.normalize(query, dim=-1, eps=options.eps)
+        head_scale = math.sqrt(self.dims.head_size)
+        if options.norm == "code":
+            if options.l2:
+                key = F.normalize(key, dim=-1, eps=options.eps)
+            return query / head_scale, key
+        # ρ2 (Eq. 6): key column j over the positions query t sees, times 1/√(their count).
+        column_scale = column_total(torch.ones_like(key[..., :1]), valid, causal).sqrt()
+        if options.l2:
+            column_scale = column_scale * column_total(key.square(), valid, causal).sqrt().clamp_min(options.eps)
+        return query / (head_scale * column_scale), key
+
+
+@ATTENTION.register("linear_transformer")
+class LinearTransformerAttention(KernelAttention):
+    """Linear Transformer (Katharopoulos et al. 2020, Eq. 6-7): φ(x) = elu(x) + 1 on queries and
+    keys, each output row divided by φ(q_t) · Σ_m φ(k_m). LinRec's Table 3 baseline "LT"."""
+
+    @dataclass(frozen=True)
+    class Options(LinearAttentionOptions):
+        eps: float = 1.0e-6  # added to the row normaliser, as in the reference implementation
+
+        def validate(self):
+            if self.eps < 0:
+                return f"eps must be >= 0, got {self.eps}"
+            return LinearAttentionOptions.validate(self)
+
+    def __init__(self, options, dims: TransformerDims, layer_index: int):
+        super().__init__(options, dims, layer_index)
+        self.row_normaliser_eps = options.eps
+
+    def feature_maps(self, query, key, valid, causal):
+        return F.elu(query) + 1, F.elu(key) + 1
+
+
+@ATTENTION.register("efficient_attention")
+class EfficientAttention(KernelAttention):
+    """Efficient Attention (Shen et al. 2021, Eq. 4 with softmax normalisers): softmax over each
+    query's features times (softmax over positions of each key feature)ᵀ V. LinRec's baseline "EA"
+    and its "double softmax" alternative (Eq. 14-15)."""
+
+    def feature_maps(self, query, key, valid, causal):
+        query = torch.softmax(query, dim=-1)
+        if valid is not None:
+            key = key.masked_fill(valid == 0, MASKED_LOGIT)
+        if not causal:
+            return query, torch.softmax(key, dim=-2)
+        # Softmax over the prefix m ≤ t: exp(k_m) / Σ_{m'≤t} exp(k_m'), the denominator folded into φ(q_t).
+        # The shift cancels in the ratio; the first key (not the column max, which reads the future)
+        # keeps even the rounding independent of later items. It overflows only if a later key
+        # exceeds the first by ~88 in one feature.
+        key = torch.exp(key - key[..., :1, :].detach())
+        return query / column_total(key, valid, causal), key
