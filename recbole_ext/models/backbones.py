@@ -5,6 +5,7 @@ loss (CE over all items, or BPR with RecBole's sampled negative) and how users a
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -23,16 +24,36 @@ def bpr_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     return -torch.log(1e-10 + torch.sigmoid(positive - negative)).mean()
 
 
+def bce_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
+    """-log σ(s⁺) - log(1 - σ(s⁻)) with one sampled negative (SASRec, Kang & McAuley 2018, Eq. 6)."""
+    return (F.softplus(-positive) + F.softplus(negative)).mean()
+
+
 class Backbone(nn.Module):
     """Constructed as ``Backbone(options, model, config)`` after the model's dims are set."""
 
     causal = True
     extra_tokens = 0  # item-embedding rows beyond RecBole's n_items (e.g. a [MASK] token)
     required_recbole_config: dict = {}
+    flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
 
     def __init__(self, options, model: nn.Module, config):
         super().__init__()
         self.options = options
+
+    @classmethod
+    def setting(cls, config, name: str):
+        """Flat config key ``name``, or this backbone's RecBole default when it is unset/null."""
+        value = config[name] if name in config else None
+        return cls.flat_defaults[name] if value is None else value
+
+    @classmethod
+    def check_config(cls, values) -> Iterator[tuple[str, str]]:
+        """(key, problem) pairs for config values this backbone cannot use, found before data loads."""
+        return iter(())
+
+    def reset_model_parameters(self, model) -> None:
+        """Re-initialise the model after RecBole's normal init and before parts' own resets."""
 
     def embed_items(self, model, item_seq: torch.Tensor, context) -> torch.Tensor:
         """[B, L] ids → [B, L, D] input vectors before the position part (feature backbones fuse here)."""
@@ -57,16 +78,21 @@ class CausalNextItem(Backbone):
     """SASRec (Kang & McAuley 2018): causal self-attention; the state at the last real position
     predicts the next item. Trained, as in RecBole, on the last position of every prefix."""
 
+    def encoder_inputs(self, model, interaction) -> dict[str, torch.Tensor]:
+        """Extra tensors for parts (``AttentionContext.inputs``); e.g. TiSASRec's time intervals."""
+        return {}
+
     def encode_last(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
-        output = model.encode(interaction[model.ITEM_SEQ], causal=True)
+        output = model.encode(interaction[model.ITEM_SEQ], causal=True, **self.encoder_inputs(model, interaction))
         return model.gather_indexes(output.hidden, interaction[model.ITEM_SEQ_LEN] - 1), output
 
     def training_loss(self, model, interaction):
         representation, output = self.encode_last(model, interaction)
         positive = interaction[model.POS_ITEM_ID]
-        if model.loss_type == "BPR":
+        if model.loss_type in ("BPR", "BCE"):
             negative = interaction[model.NEG_ITEM_ID]
-            return bpr_loss(self.score_items(model, representation, positive),
+            pairwise = bpr_loss if model.loss_type == "BPR" else bce_loss
+            return pairwise(self.score_items(model, representation, positive),
                             self.score_items(model, representation, negative)), output
         # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target).
         return F.cross_entropy(representation @ model.item_embedding.weight.T, positive), output
@@ -115,11 +141,14 @@ class Cloze(Backbone):
         gathered = output.hidden.gather(1, masked_index[..., None].expand(-1, -1, output.hidden.size(-1)))
         states = self.head(gathered)  # [B, M, D]: the head runs on masked positions only
         targets = (masked_index > 0 if self.options.recbole_quirks else positive > 0).float()
-        if model.loss_type == "BPR":
+        if model.loss_type in ("BPR", "BCE"):
             negative = interaction[negative_field]
             positive_score = self.score_items(model, states, positive)
             negative_score = self.score_items(model, states, negative)
-            losses = -torch.log(1e-14 + torch.sigmoid(positive_score - negative_score))
+            if model.loss_type == "BPR":
+                losses = -torch.log(1e-14 + torch.sigmoid(positive_score - negative_score))
+            else:
+                losses = F.softplus(-positive_score) + F.softplus(negative_score)
         else:
             logits = self.score_all(model, states)
             losses = F.cross_entropy(logits.flatten(0, 1), positive.flatten(), reduction="none").view_as(targets)

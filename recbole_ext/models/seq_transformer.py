@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import torch
 from recbole.model.abstract_recommender import SequentialRecommender
+from recbole.utils import InputType
 from torch import nn
 
 from recbole_ext.config.schema import Key, in_range
@@ -37,6 +38,10 @@ positive = in_range(1)
 
 class SeqTransformer(SequentialRecommender):
     DEFAULT_CONFIG = PROPERTIES / "SeqTransformer.yaml"
+    # RecBole derives the training input type from loss_type but knows only CE/BPR. Pairwise rows
+    # carry the one sampled negative BPR and BCE need; CE turns sampling off (config resolver), where
+    # the input type has no effect.
+    input_type = InputType.PAIRWISE
     CONFIG_SCHEMA = {
         "backbone": Key(str | dict, "backbone part", parse=lambda v, w: parse_part_spec(BACKBONE, v, w)),
         "attention": Key(str | dict, "attention part", parse=lambda v, w: parse_part_spec(ATTENTION, v, w)),
@@ -51,15 +56,24 @@ class SeqTransformer(SequentialRecommender):
         "hidden_act": Key(Literal[tuple(ACTIVATIONS)], "feed-forward activation"),
         "layer_norm_eps": Key(float, "layer norm epsilon", in_range(0.0, low_open=True)),
         "initializer_range": Key(float, "std of the normal weight init", in_range(0.0, low_open=True)),
-        "loss_type": Key(Literal["CE", "BPR"], "main loss"),
+        "loss_type": Key(Literal["CE", "BPR", "BCE"], "main loss (BCE: one sampled negative, as SASRec's paper)"),
         "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
+        # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
+        # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
+        "selected_features": Key(list[str] | None, "sasrecf/fdsa: item feature fields (default ['class'])"),
+        "pooling_mode": Key(Literal["mean", "max", "sum"] | None, "sasrecf/fdsa: token_seq pooling (sum/mean)"),
+        "temperature": Key(float | None, "core: cosine-logit temperature (default 0.07)", in_range(0.0, low_open=True)),
+        "sess_dropout": Key(float | None, "core: dropout on session item embeddings (default 0.2)", probability),
+        "item_dropout": Key(float | None, "core: dropout on candidate item embeddings (default 0.2)", probability),
     }
 
     @staticmethod
     def check_config(values: dict[str, Any]):
         if values["hidden_size"] % values["n_heads"]:
             yield "hidden_size", f"{values['hidden_size']} is not a multiple of n_heads ({values['n_heads']})"
+        backbone = parse_part_spec(BACKBONE, values["backbone"], "backbone")
+        yield from BACKBONE.get(backbone.name).check_config(values)
 
     @staticmethod
     def derived_recbole_config(values: dict[str, Any]) -> dict[str, Any]:
@@ -90,6 +104,7 @@ class SeqTransformer(SequentialRecommender):
                 part.bind_dataset(self, dataset)
 
         self.apply(self._init_weights)
+        self.backbone.reset_model_parameters(self)  # a backbone's own init scheme (CORE's uniform one)
         for module in self.modules():  # parts with their own init (e.g. zero-initialised tables)
             if module is not self and hasattr(module, "reset_part_parameters"):
                 module.reset_part_parameters()
@@ -109,10 +124,20 @@ class SeqTransformer(SequentialRecommender):
 
         ``inputs``: extra tensors for parts (``AttentionContext.inputs``), e.g. timestamps.
         """
-        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
-                                   inputs=inputs)
-        hidden = self.position.embed_input(self.backbone.embed_items(self, item_seq, context), context)
-        hidden = self.encoder(self.input_dropout(self.input_norm(hidden)), context)
+        context = self.attention_context(item_seq, causal, **inputs)
+        return self.encode_embedded(self.backbone.embed_items(self, item_seq, context), context)
+
+    def attention_context(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> AttentionContext:
+        return AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
+                                inputs=inputs)
+
+    def encode_embedded(self, embedded: torch.Tensor, context: AttentionContext,
+                        encoder: nn.Module | None = None) -> EncoderOutput:
+        """Input vectors [B, L, D] → states: position part, input norm and dropout, then ``encoder``
+        (default: the model's). For backbones that reuse their input vectors (CORE pools them) or
+        run a second stream through the same context (FDSA's feature stream)."""
+        hidden = self.position.embed_input(embedded, context)
+        hidden = (encoder or self.encoder)(self.input_dropout(self.input_norm(hidden)), context)
         return EncoderOutput(hidden, context)
 
     def calculate_loss(self, interaction):
