@@ -1,0 +1,214 @@
+"""FEARec's hybrid attention (Du et al., SIGIR 2023, §3.2): frequency ramp bands, time-domain
+attention (TDA) on band-filtered Q/K/V and frequency-domain auto-correlation attention (FDA).
+
+One part, ``attention: {type: fearec, ...}``; every paper switch and Table 3 ablation is an option.
+Defaults follow the authors' code (sudaada/FEARec, identical to RecBole 1.2.1's ``HybridAttention``)
+where it departs from the paper, with options for the paper's reading
+(see ``docs/fearec.md`` and ``shared/specs/fearec.md`` §1.2–1.3):
+
+* bands come from the code's formula (floor/truncation), not the paper's real-valued Eq. 3–9;
+* FDA rolls the un-filtered V (``fda_filtered_value: true`` = Eq. 17's Ṽ) over the padded window
+  without a mask (``fda_padding_mask: true`` zeroes padded positions first);
+* FDA lags are shared by the batch in training, per sample at evaluation
+  (``fda_train_lags: per_sample`` uses per-sample lags in training too);
+* TDA divides logits by √d_head like the code (``scale`` as for ``softmax``; the paper's Eq. 11 is 1/√D).
+
+Bugs of the code that are fixed here, not optional: ``irfft`` gets n=N (odd lengths work), one
+layer works (full band), and k = int(m·ln N) must lie in [1, N] (a clear error, not a torch crash).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import torch
+
+from recbole_ext.nn.attention_softmax import SoftmaxAttention
+from recbole_ext.nn.context import AttentionContext, TransformerDims
+from recbole_ext.nn.slots import ATTENTION
+
+
+def rfft_bins(length: int) -> int:
+    """M, the number of rfft bins of a length-N real signal (the paper's ⌈N/2⌉+1 is wrong for odd N)."""
+    return length // 2 + 1
+
+
+@lru_cache(maxsize=None)
+def ramp_band(length: int, n_layers: int, global_ratio: float, layer_index: int) -> tuple[int, int]:
+    """Bins [left, right) that layer ``layer_index`` (0 = bottom) keeps: the frequency ramp.
+
+    Paper Eq. 3–9: the bottom layer keeps the highest band, the band slides towards the lowest
+    frequencies in the top layer. With α > 1/L bands are α·M wide and overlap ("mode 2"), otherwise
+    L disjoint bands of M/L bins. The arithmetic is the authors' (float floor division for the step,
+    ``int`` truncation of the ends), so bands match their code bin for bin, including the dropped
+    DC bin of some L ≥ 3 settings. One layer, which crashed their code, keeps every bin.
+    """
+    bins = rfft_bins(length)
+    if n_layers > 1 and global_ratio > 1 / n_layers:
+        width, step = global_ratio, (bins * (1 - global_ratio)) // (n_layers - 1)
+    else:
+        width, step = 1 / n_layers, bins / n_layers
+    return int(bins * (1 - width) - layer_index * step), int(bins - layer_index * step)
+
+
+def band_pass(spectrum: torch.Tensor, band: tuple[int, int], dim: int) -> torch.Tensor:
+    """Zero every bin outside [left, right) along ``dim`` (Eq. 14's "padding" of the sampled band)."""
+    left, right = band
+    bins = spectrum.size(dim)
+    if left <= 0 and right >= bins:
+        return spectrum
+    keep = torch.zeros(bins, device=spectrum.device, dtype=spectrum.real.dtype)
+    keep[left:right] = 1
+    return spectrum * keep.view(-1, *([1] * (spectrum.dim() - dim % spectrum.dim() - 1)))
+
+
+def topk_lag_count(topk_factor: float, length: int) -> int:
+    """k = ⌊m · ln N⌋ (Eq. 15, natural log of the padded window length, as the authors' code)."""
+    return int(topk_factor * math.log(length))
+
+
+def topk_problem(lags: int, length: int) -> str:
+    """Why k lags cannot be drawn from a window of ``length`` (the bounds on m that would work)."""
+    bounds = (f"{1 / math.log(length):.3g} <= topk_factor <= {length / math.log(length):.3g}"
+              if length > 1 else "a window of one position has no lags to choose")
+    return f"gives k = int(m·ln N) = {lags} lags for N={length}; k must be in [1, N] ({bounds})"
+
+
+def shift_filter(lags: torch.Tensor, weights: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, M] complex G with irfft(rfft(V)·G) = Σ_j w_j · Roll(V, τ_j), Roll(V, τ)[t] = V[(t+τ) mod N].
+
+    A circular shift by τ multiplies bin f by e^{2πi f τ / N}, so Eq. 13/17's weighted sum of
+    rolled sequences is one product in the frequency domain instead of k rolls.
+    """
+    frequencies = torch.arange(rfft_bins(length), device=lags.device, dtype=weights.dtype)
+    phase = (2 * math.pi / length) * lags.to(weights.dtype)[..., None] * frequencies  # [B|1, k, M]
+    return (weights[..., None] * torch.polar(torch.ones_like(phase), phase)).sum(-2)
+
+
+@ATTENTION.register("fearec")
+class FrequencyHybridAttention(SoftmaxAttention):
+    """(1 − γ)·FDA + γ·TDA with one shared Q/K/V and output projection (Eq. 18, authors' layout).
+
+    TDA is the standard softmax attention (causal and padding masks, position bias, dropout on the
+    probabilities) applied to Q̃, K̃, Ṽ: the inputs with only this layer's band kept (Eq. 10–12).
+    FDA is Autoformer's auto-correlation: Q·conj(K) on the band (Eq. 14), back to lags by an
+    inverse FFT, averaged over heads and channels (Eq. 15), the top-k lags' softmax weights
+    aggregating V rolled by each lag (Eq. 16–17).
+    """
+
+    # A fixed-length FFT over the padded window: real positions depend on the amount of padding.
+    exact_under_trailing_trim = False
+
+    @dataclass(frozen=True)
+    class Options(SoftmaxAttention.Options):
+        global_ratio: float = 0.8  # α: band width as a share of the M rfft bins (Fig. 5); 1 = no ramp
+        topk_factor: float = 1.0  # m: FDA keeps k = int(m·ln N) lags (Fig. 6)
+        spatial_ratio: float = 0.1  # γ: weight of the time-domain branch in the fusion (Table 4)
+        dual_domain: bool = True  # TDA on (false = Table 3 "w/o TDA": FDA only)
+        fda: bool = True  # FDA on (false = Table 3 "w/o FDA": TDA only, as γ = 1 but without computing FDA)
+        std: bool = True  # TDA sees only this layer's band (false = "w/o STD": all bins)
+        sfd: bool = True  # FDA sees only this layer's band (false = "w/o SFD": all bins; no flag in the authors' code)
+        fda_filtered_value: bool = False  # paper Eq. 17: FDA rolls the band-filtered Ṽ (code: raw V)
+        fda_padding_mask: bool = False  # zero padded positions of Q, K, V before the FDA's FFT (code: no mask)
+        fda_train_lags: Literal["shared", "per_sample"] = "shared"  # code: one lag set per training batch
+
+        def validate(self):
+            problem = super().validate()
+            if problem:
+                return problem
+            if not 0 < self.global_ratio <= 1:
+                return f"global_ratio must be in (0, 1], got {self.global_ratio}"
+            if self.topk_factor <= 0:
+                return f"topk_factor must be > 0, got {self.topk_factor}"
+            if not 0 <= self.spatial_ratio <= 1:
+                return f"spatial_ratio must be in [0, 1], got {self.spatial_ratio}"
+            if not (self.dual_domain or self.fda):
+                return "dual_domain (TDA) and fda are both off: keep at least one branch"
+            return None
+
+    def __init__(self, options, dims: TransformerDims, layer_index: int):
+        super().__init__(options, dims, layer_index)
+        length = dims.max_seq_length
+        self.check_length(length)
+        band = ramp_band(length, dims.n_layers, options.global_ratio, layer_index)
+        if band[1] <= band[0]:
+            raise ValueError(f"attention (fearec): layer {layer_index} gets an empty frequency band {band} "
+                             f"(MAX_ITEM_LIST_LENGTH={length}, n_layers={dims.n_layers}, global_ratio="
+                             f"{options.global_ratio}); use a longer sequence, fewer layers or a larger global_ratio")
+        self.band = band
+        full = (0, rfft_bins(length))
+        self.time_band = band if options.std else full
+        self.frequency_band = band if options.sfd else full
+        # Fusion weights; one branch off = the other alone (Eq. 18 with γ = 0 or 1).
+        self.time_weight = options.spatial_ratio if options.fda else 1.0
+        if not options.dual_domain:
+            self.time_weight = 0.0
+
+    def check_length(self, length: int) -> None:
+        lags = topk_lag_count(self.options.topk_factor, length)
+        if self.options.fda and not 1 <= lags <= length:
+            raise ValueError(f"attention (fearec): topk_factor={self.options.topk_factor} {topk_problem(lags, length)}")
+
+    def bands_for(self, length: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(time band, frequency band) for the actual input length (= N in a model; tests may vary it)."""
+        if length == self.dims.max_seq_length:
+            return self.time_band, self.frequency_band
+        self.check_length(length)
+        band = ramp_band(length, self.dims.n_layers, self.options.global_ratio, self.layer_index)
+        full = (0, rfft_bins(length))
+        return (band if self.options.std else full), (band if self.options.sfd else full)
+
+    def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
+        length = query.size(2)
+        time_band, frequency_band = self.bands_for(length)
+        # FFTs in fp32: bf16 has no FFT kernels, and the spectra sum over the whole window.
+        query, key, value = query.float(), key.float(), value.float()
+        spectra = {}
+
+        def spectrum(name: str, tensor: torch.Tensor) -> torch.Tensor:  # each rfft at most once per layer
+            if name not in spectra:
+                spectra[name] = torch.fft.rfft(tensor, dim=2)
+            return spectra[name]
+
+        def filtered(name: str, tensor: torch.Tensor, band: tuple[int, int]) -> torch.Tensor:
+            if band == (0, rfft_bins(length)):  # nothing to remove: skip the round trip
+                return tensor
+            return torch.fft.irfft(band_pass(spectrum(name, tensor), band, dim=2), n=length, dim=2)
+
+        mixed = 0.0
+        if self.time_weight > 0:
+            time_query = filtered("query", query, time_band)
+            time_key = filtered("key", key, time_band)
+            time_value = filtered("value", value, time_band)
+            mixed = self.time_weight * super().mix(time_query, time_key, time_value, context)
+        if self.time_weight < 1:
+            if self.options.fda_padding_mask:
+                real = context.key_padding[:, None, :, None].to(query.dtype)
+                query, key, value = query * real, key * real, value * real
+                spectra.clear()
+            mixed = mixed + (1 - self.time_weight) * self.frequency_attention(
+                query, key, value, frequency_band, spectrum)
+        return mixed
+
+    def frequency_attention(self, query, key, value, band, spectrum) -> torch.Tensor:
+        """FDA, Eq. 13–17: [B, H, N, d] → [B, H, N, d]."""
+        length = query.size(2)
+        cross = band_pass(spectrum("query", query) * spectrum("key", key).conj(), band, dim=2)
+        # Eq. 15's MEAN over heads and channels commutes with the inverse FFT: average the
+        # cross-spectrum first, then one irfft per sample. corr[b, τ] = Σ_t q[(t+τ) mod N]·k[t] / (H·d).
+        correlation = torch.fft.irfft(cross.mean(dim=(1, 3)), n=length, dim=-1)  # [B, N]
+        lag_count = topk_lag_count(self.options.topk_factor, length)
+        if self.training and self.options.fda_train_lags == "shared":
+            lags = torch.topk(correlation.mean(0), lag_count).indices  # [k], one set for the batch
+            weights = torch.softmax(correlation[:, lags], dim=-1)  # [B, k]
+            lags = lags[None]
+        else:
+            scores, lags = torch.topk(correlation, lag_count, dim=-1)  # [B, k]
+            weights = torch.softmax(scores, dim=-1)
+        value_spectrum = spectrum("value", value)
+        if self.options.fda_filtered_value:
+            value_spectrum = band_pass(value_spectrum, band, dim=2)
+        shifts = shift_filter(lags, weights, length)  # [B, M]
+        return torch.fft.irfft(value_spectrum * shifts[:, None, :, None], n=length, dim=2)

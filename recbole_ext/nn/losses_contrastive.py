@@ -1,0 +1,122 @@
+"""DuoRec/FEARec regularisers on augmented views of the user representation.
+
+Views of one training batch (FEARec Eq. 23–26, DuoRec §3.3), each [B, D]:
+
+* ``main``: the representation of the main pass (the one the recommendation loss uses);
+* ``dropout``: a second pass over the same sequences — another dropout mask, DuoRec's
+  "unsupervised augmentation" h'_u;
+* ``positive``: a pass over another training sequence with the same target item, DuoRec's
+  "supervised augmentation" h'_{u,s} (drawn by ``models/same_target.py``; the sample itself when
+  no other has that target).
+
+A pair names two of them: ``dropout_positive`` is RecBole/DuoRec's ``contrast: us_x`` (the
+paper's), ``main_dropout`` is ``un``, ``main_positive`` is ``su``. Both losses below read the
+same views, so a batch pays for each pass once whichever losses are on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from recbole_ext.nn.context import EncoderOutput
+from recbole_ext.nn.losses import AUX_LOSS, AuxLoss
+
+Pair = Literal["dropout_positive", "main_dropout", "main_positive"]
+VIEW_RECORD = "same_target_views"  # key in the main pass's records: {view name: [B, D]}
+
+
+def info_nce(first: torch.Tensor, second: torch.Tensor, temperature: float, similarity: str) -> torch.Tensor:
+    """NT-Xent over 2B views (FEARec Eq. 23, DuoRec Eq. 9, as their code computes it).
+
+    Row r's positive is its partner (r ± B); every other row of the 2B, except r itself, is a
+    negative. As in the authors' code, the positive also sits in the denominator (the paper's
+    Eq. 24 leaves it out) and ``dot`` similarity is not normalised.
+    """
+    views = torch.cat((first, second))
+    if similarity == "cos":
+        views = F.normalize(views, dim=-1)
+    logits = views @ views.T / temperature
+    logits = logits.masked_fill(torch.eye(len(views), dtype=torch.bool, device=views.device), float("-inf"))
+    batch = len(first)
+    partner = torch.arange(2 * batch, device=views.device).roll(batch)
+    return F.cross_entropy(logits, partner)
+
+
+class ViewLoss(AuxLoss):
+    """A loss on two views; owns (or shares with a sibling loss) the same-target sampler."""
+
+    @dataclass(frozen=True)
+    class Options:
+        pair: Pair = "dropout_positive"
+
+    def __init__(self, options, model: nn.Module):
+        super().__init__(options, model)
+        self.sampler = None
+
+    def bind_dataset(self, model, dataset) -> None:
+        if "positive" not in self.options.pair:
+            return
+        for other in getattr(model, "aux_losses", ()):  # one sampler per model, however many losses use it
+            if isinstance(other, ViewLoss) and other.sampler is not None:
+                self.sampler = other.sampler
+                return
+        # models/ knows RecBole's dataset; imported here so nn/ stays free of RecBole at import time.
+        from recbole_ext.models.same_target import SameTargetSampler
+
+        self.sampler = SameTargetSampler.from_dataset(dataset, model)
+
+    def views(self, model, interaction, output: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
+        first, second = self.options.pair.split("_")
+        return view(first, model, interaction, output, self.sampler), view(second, model, interaction, output, self.sampler)
+
+
+def view(name: str, model, interaction, output: EncoderOutput, sampler) -> torch.Tensor:
+    """One view of the batch, computed at most once per main pass (cached in its records)."""
+    cache = output.records.setdefault(VIEW_RECORD, {})
+    if name not in cache:
+        if name == "main":  # the backbone's state at the last real position, from the main pass
+            cache[name] = model.gather_indexes(output.hidden, interaction[model.ITEM_SEQ_LEN] - 1)
+        elif name == "dropout":
+            cache[name] = model.backbone.user_representation(model, interaction)
+        else:
+            if sampler is None:
+                raise RuntimeError("the positive view needs the same-target sampler: bind_dataset was not called")
+            cache[name] = model.backbone.user_representation(model, sampler.positive_batch(model, interaction))
+    return cache[name]
+
+
+@AUX_LOSS.register("same_target_contrastive")
+class SameTargetContrastive(ViewLoss):
+    """InfoNCE between two views (DuoRec's contrastive regularisation, FEARec's CReg, Eq. 23–25)."""
+
+    @dataclass(frozen=True)
+    class Options(ViewLoss.Options):
+        temperature: float = 1.0  # τ (RecBole/authors' ``tau``; their scripts use 1)
+        similarity: Literal["dot", "cos"] = "dot"  # RecBole/authors' ``sim``
+
+        def validate(self):
+            if self.temperature <= 0:
+                return f"temperature must be > 0, got {self.temperature}"
+            return None
+
+    def forward(self, model, interaction, output: EncoderOutput) -> torch.Tensor:
+        first, second = self.views(model, interaction, output)
+        return info_nce(first, second, self.options.temperature, self.options.similarity)
+
+
+@AUX_LOSS.register("frequency_regularizer")
+class FrequencyRegularizer(ViewLoss):
+    """mean |rfft(a) − rfft(b)| over the hidden dimension of two views (FEARec Eq. 26, "FReg").
+
+    The FFT runs over the D features of each final representation (orthonormal), not over time,
+    and the modulus is averaged over the B·(D/2+1) bins, as the authors' code does.
+    """
+
+    def forward(self, model, interaction, output: EncoderOutput) -> torch.Tensor:
+        first, second = self.views(model, interaction, output)
+        # rfft is linear: one transform of the difference.
+        return torch.fft.rfft((first - second).float(), dim=-1, norm="ortho").abs().mean()
