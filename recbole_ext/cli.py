@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     from recbole_ext.data.cli import add_data_parser  # light: no pandas/torch at parse time
 
     add_data_parser(commands)
+    from recbole_ext.repro.cli import add_reproduce_command  # light: argparse only
+
+    add_reproduce_command(commands)
+    __import__("recbole_ext.tune").tune.add_tune_command(commands)  # light: Ray is imported when a sweep starts
     return parser
 
 
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().print_help()
         return 2
     try:
-        return handlers[args.command](args)
+        return (getattr(args, "handler", None) or handlers[args.command])(args)
     except RecboleExtError as error:
         print(f"recbole-ext: error: {error}", file=sys.stderr)
         return error.exit_code

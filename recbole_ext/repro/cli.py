@@ -1,0 +1,136 @@
+"""``recbole-ext reproduce``: argument parsing and printing; the work is in plan/execute/results/report."""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from recbole_ext.errors import ConfigError
+
+DEFAULT_OUT = "runs/reproduce"
+
+
+def add_reproduce_command(commands) -> None:
+    parser = commands.add_parser(
+        "reproduce", help="rebuild a paper table from atomic files, beside the published numbers",
+        description="Run every cell of a published table that the data here allows (cached by config hash: "
+                    "a rerun or a resumed run trains only missing cells) and write <table>.md, .csv and .png.")
+    parser.add_argument("table", nargs="?", help="table name (see --list) or a table YAML file")
+    parser.add_argument("--list", action="store_true",
+                        help="list the tables (with TABLE: every cell) and which cells are runnable here")
+    parser.add_argument("--datasets", nargs="+", metavar="NAME", help="only these dataset columns (label or preset)")
+    parser.add_argument("--models", nargs="+", metavar="ROW", help="only these rows (row id or label)")
+    parser.add_argument("--seeds", type=int, default=1, help="runs per cell, seeds from the table's seed upward")
+    parser.add_argument("--budget", choices=("paper", "quick"), default="paper",
+                        help="paper: the paper's epochs and early stopping; quick: a smoke test (not a reproduction)")
+    parser.add_argument("--use-data", action="append", default=[], metavar="COLUMN=CONFIG",
+                        help="run a column on another dataset config (e.g. ML-1M=base/ml100k.yaml); "
+                             "labelled as substituted data in every output")
+    parser.add_argument("--parallel", type=int, default=0, metavar="N", help="run N cells at once through local Ray")
+    parser.add_argument("--address", help="run cells on this Ray cluster (ray://host:port or auto)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"outputs and the run cache (default: {DEFAULT_OUT})")
+    parser.add_argument("--dry-run", action="store_true", help="plan and print, train nothing")
+    parser.set_defaults(handler=command_reproduce)
+
+
+def _use_data(entries: list[str]) -> dict[str, str]:
+    mapping = {}
+    for entry in entries:
+        column, sep, config = entry.partition("=")
+        if not sep or not column or not config:
+            raise ConfigError(f"--use-data {entry!r}: expected COLUMN=CONFIG, e.g. ML-1M=base/ml100k.yaml")
+        mapping[column] = config
+    return mapping
+
+
+def _state_counts(cells) -> str:
+    counts = defaultdict(int)
+    for cell in cells:
+        counts[cell.state] += 1
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+
+
+def print_skips(cells, stream=sys.stdout) -> None:
+    """One line per reason (cells of one dataset missing the same files share a line)."""
+    by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for cell in cells:
+        if cell.state in ("pending", "missing-data", "error"):
+            key = (cell.state, cell.reason if cell.state != "missing-data" else f"{cell.column.label}: {cell.reason}")
+            by_reason[key].append(f"{cell.column.label}/{cell.row.label}")
+    for (state, reason), where in by_reason.items():
+        cells_text = where[0] if len(where) == 1 else f"{len(where)} cells"
+        print(f"skip ({state}, {cells_text}): {reason}", file=stream)
+
+
+def command_text(args) -> str:
+    """The command line that reproduces this run (for the report header)."""
+    parts = ["recbole-ext", "reproduce", args.table]
+    for option in ("datasets", "models"):
+        if getattr(args, option):
+            parts += [f"--{option}", *getattr(args, option)]
+    parts += ["--seeds", str(args.seeds), "--budget", args.budget]
+    for entry in args.use_data:
+        parts += ["--use-data", entry]
+    if args.parallel:
+        parts += ["--parallel", str(args.parallel)]
+    if args.address:
+        parts += ["--address", args.address]
+    if args.out != DEFAULT_OUT:
+        parts += ["--out", args.out]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def command_list(args) -> int:
+    from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.tables import all_tables, load_table
+
+    runs_dir = Path(args.out) / "runs"
+    if args.table:
+        table = load_table(args.table)
+        cells = plan_table(table, runs_dir, args.datasets, args.models, 1, args.budget, _use_data(args.use_data))
+        print(f"{table.name}: {table.paper} {table.title} ({table.source})")
+        for cell in cells:
+            reason = f": {cell.reason}" if cell.reason else ""
+            print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{reason}")
+        return 0
+    memo: dict = {}  # each dataset's files are checked once for all tables
+    for table in all_tables():
+        cells = plan_table(table, runs_dir, budget=args.budget, memo=memo)
+        print(f"{table.name:<16} {table.paper} {table.title} — {len(cells)} cells: {_state_counts(cells)}")
+    return 0
+
+
+def command_reproduce(args) -> int:
+    from recbole_ext.repro.execute import execute_cells
+    from recbole_ext.repro.plan import QUICK_LABEL, device_label, plan_table
+    from recbole_ext.repro.report import RunInfo, write_reports
+    from recbole_ext.repro.results import collect
+    from recbole_ext.repro.tables import load_table
+
+    if args.list:
+        return command_list(args)
+    if not args.table:
+        raise ConfigError("reproduce: name a table (recbole-ext reproduce --list shows them)")
+    if args.parallel < 0:
+        raise ConfigError(f"--parallel must be >= 0, got {args.parallel}")
+    started = time.time()
+    table = load_table(args.table)
+    out = Path(args.out)
+    device = device_label()
+    cells = plan_table(table, out / "runs", args.datasets, args.models, args.seeds, args.budget,
+                       _use_data(args.use_data), device)
+    if args.budget == "quick":
+        print(f"note: {QUICK_LABEL}")
+    print(f"{table.name}: {len(cells)} cells: {_state_counts(cells)}")
+    print_skips(cells)
+    if args.dry_run:
+        return 0
+    progress = execute_cells(cells, args.parallel, args.address)
+    lines = collect(table, cells)
+    info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, device=device, date=time.strftime("%Y-%m-%d %H:%M"),
+                   wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)
+    for path in write_reports(table, lines, info, out):
+        print(f"wrote {path}")
+    return 1 if progress.failed else 0

@@ -1,0 +1,136 @@
+"""Run the cells of a plan through :func:`recbole_ext.runner.run`, skipping finished ones (the cache).
+
+The cache is the run directories themselves: ``<out>/runs/<key>/`` with ``key`` the config hash
+(:func:`recbole_ext.repro.plan.cache_key`). A run is finished when its ``metrics.json`` says
+``"status": "finished"`` and ``measure.json`` (peak memory, written last) exists; anything else in
+the directory is the remains of a killed or failed run and is removed before the run starts again.
+So rerunning a table runs only missing cells, and a killed reproduction resumes where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from recbole_ext.errors import RecboleExtError
+from recbole_ext.repro.plan import Cell, RunSpec
+
+MEASURE_FILE = "measure.json"
+
+
+def run_dir_of(spec: RunSpec) -> Path:
+    return Path(spec.values["output_dir"]) / spec.values["run_name"]
+
+
+def is_finished(run_dir: Path) -> bool:
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return metrics.get("status") == "finished" and (run_dir / MEASURE_FILE).is_file()
+
+
+def execute_run(spec: RunSpec) -> Path:
+    """Train and test one run (in this process) and record its peak memory; returns the run directory."""
+    import torch
+
+    from recbole_ext.compat import atomic_write_bytes
+    from recbole_ext.config import resolve
+    from recbole_ext.runner import run
+
+    run_dir = run_dir_of(spec)
+    if run_dir.exists():  # a killed or failed attempt
+        shutil.rmtree(run_dir)
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    result = run(resolved=resolve(spec.config_file, [], spec.values))
+    measure = {"device": torch.cuda.get_device_name(0) if cuda else "cpu",
+               # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
+               "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
+    text = json.dumps(measure, indent=1).encode()
+    atomic_write_bytes(result.run_dir / MEASURE_FILE, lambda handle: handle.write(text))
+    return result.run_dir
+
+
+@dataclass
+class Progress:
+    total: int = 0
+    cached: int = 0
+    ran: int = 0
+    failed: int = 0
+
+
+def pending_runs(cells: list[Cell]) -> tuple[list[RunSpec], int]:
+    """Runs of runnable cells that are not finished yet (deduplicated), and how many are cached."""
+    todo: dict[str, RunSpec] = {}
+    cached = set()
+    for cell in cells:
+        for spec in cell.runs:
+            if is_finished(run_dir_of(spec)):
+                cached.add(spec.key)
+            else:
+                todo.setdefault(spec.key, spec)
+    return list(todo.values()), len(cached)
+
+
+def execute_cells(cells: list[Cell], parallel: int = 0, address: str | None = None,
+                  log: Callable[[str], None] = print) -> Progress:
+    """Run what is missing: serially here, or through Ray when ``parallel`` or ``address`` is given."""
+    todo, cached = pending_runs(cells)
+    progress = Progress(total=len(todo) + cached, cached=cached)
+    log(f"{cached} run(s) cached, {len(todo)} to run")
+    if not todo:
+        return progress
+    if parallel or address:
+        outcomes = _execute_with_ray(todo, parallel, address)
+    else:
+        outcomes = _execute_serially(todo, log)
+    for spec, error in outcomes:
+        if error is None:
+            progress.ran += 1
+        else:
+            progress.failed += 1
+            log(f"run {spec.key} ({spec.values.get('model')}, seed {spec.seed}) failed: {error}")
+    return progress
+
+
+def _execute_serially(todo: list[RunSpec], log: Callable[[str], None]):
+    for index, spec in enumerate(todo, 1):
+        log(f"[{index}/{len(todo)}] {spec.values.get('model')} on {Path(spec.config_file).stem}, seed {spec.seed}")
+        try:
+            execute_run(spec)
+            yield spec, None
+        except RecboleExtError as error:  # a bad cell must not stop the table
+            yield spec, str(error)
+
+
+def _execute_with_ray(todo: list[RunSpec], parallel: int, address: str | None):
+    try:
+        import ray
+    except ImportError:
+        raise RecboleExtError("--parallel/--address run cells through Ray, which is not installed; "
+                              "pip install 'recbole-ext[tune]' or run without them") from None
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=parallel, log_to_driver=False, include_dashboard=False)
+
+    @ray.remote(num_cpus=1)
+    def remote_run(spec: RunSpec) -> str | None:
+        import recbole_ext  # noqa: F401  (compat patches in the worker)
+
+        try:
+            execute_run(spec)
+            return None
+        except Exception as error:  # report, do not kill the table
+            return f"{error.__class__.__name__}: {error}"
+
+    futures = {remote_run.remote(spec): spec for spec in todo}
+    remaining = list(futures)
+    while remaining:
+        done, remaining = ray.wait(remaining, num_returns=1)
+        yield futures[done[0]], ray.get(done[0])

@@ -1,0 +1,237 @@
+"""A table → its cells (row × dataset column), each with the runs (one per seed) that fill it.
+
+A run is a resolved config, built like a user's ``recbole-ext run`` config: the column's dataset
+config (``configs/datasets/<preset>.yaml``), then the table's ``training`` values (the paper
+budget), the column's and the row's ``set`` values, the seed, and for ``--budget quick`` the
+smoke-test cuts of :data:`QUICK`. A cell is *pending* when its model or one of its parts is not
+registered yet, *missing data* when its atomic files are not on disk, *runnable* otherwise.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError
+from recbole_ext.repro.tables import Column, Row, Table
+
+BUDGETS = ("paper", "quick")
+QUICK_LABEL = "quick budget — not a reproduction"
+# Smoke test: 2 epochs, no patience, users capped at QUICK_MAX_USER_INTERACTIONS (data cut down).
+QUICK = {"epochs": 2, "stopping_step": 1, "eval_step": 1}
+QUICK_MAX_USER_INTERACTIONS = 40
+# Efficiency tables measure 1 warm-up epoch + 2 timed epochs, whatever the budget (specs/linrec.md §7).
+EFFICIENCY = {"epochs": 3, "stopping_step": 100, "eval_step": 1}
+# Keys that change where a run is written or how it logs, not what it computes: not in the cache key.
+NOT_HASHED = {"output_dir", "run_name", "checkpoint_dir", "show_progress", "state", "num_threads", "gpu_id",
+              "use_gpu", "data_path", "log_wandb", "wandb_project", "save_dataset", "save_dataloaders",
+              "dataset_save_path", "dataloaders_save_path", "eval_batch_size", "worker"}
+CACHE_VERSION = 1
+STATISTICS_DATA_PATH = "dataset_atomic"  # where `recbole-ext data convert` writes (the presets' data_path)
+
+
+@dataclass
+class RunSpec:
+    """One training run of a cell: what :func:`recbole_ext.repro.execute.execute_run` needs."""
+
+    key: str
+    config_file: str | None
+    values: dict[str, Any]
+    seed: int
+
+
+@dataclass
+class Cell:
+    row: Row
+    column: Column
+    state: str                     # runnable | pending | missing-data | error | statistics
+    reason: str = ""
+    runs: list[RunSpec] = field(default_factory=list)
+    data_label: str = ""           # the dataset actually used, when --use-data replaced the column's
+
+
+def _interval_lower(value: Any) -> str:
+    match = re.match(r"^\s*[\[(]\s*([0-9.]+)", str(value or ""))
+    return match.group(1) if match else "0"
+
+
+def budget_values(table: Table, budget: str, file_values: dict[str, Any]) -> dict[str, Any]:
+    """Values the budget adds on top of the paper's training values."""
+    if budget not in BUDGETS:
+        raise ConfigError(f"--budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    values: dict[str, Any] = {}
+    if budget == "quick":
+        values.update(QUICK)
+        lower = _interval_lower(file_values.get("user_inter_num_interval"))
+        values["user_inter_num_interval"] = f"[{lower},{QUICK_MAX_USER_INTERACTIONS}]"
+    if table.kind == "efficiency":
+        values.update(EFFICIENCY if budget == "paper" else {**EFFICIENCY, "epochs": 2})
+    return values
+
+
+def device_label() -> str:
+    """Part of the cache key: results (and every timing) depend on the device."""
+    import torch
+
+    if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", None) != "":
+        return f"cuda:{torch.cuda.get_device_name(0)}"
+    return "cpu"
+
+
+def data_fingerprint(data_path: str, dataset: str) -> list:
+    """Size and a hash of the first MiB of each atomic file: reconverted data misses the cache."""
+    directory = Path(data_path or "dataset/") / dataset
+    prints = []
+    for path in sorted(directory.glob(f"{dataset}.*")) if directory.is_dir() else []:
+        if path.suffix in (".inter", ".item", ".user"):
+            with open(path, "rb") as handle:
+                head = hashlib.sha256(handle.read(1 << 20)).hexdigest()[:16]
+            prints.append([path.name, path.stat().st_size, head])
+    return prints
+
+
+def cache_key(resolved, device: str, memo: dict | None = None) -> str:
+    config = {k: v for k, v in resolved.as_dict().items() if k not in NOT_HASHED}
+    data = (resolved.values.get("data_path"), resolved.dataset)
+    memo = {} if memo is None else memo
+    if data not in memo:
+        memo[data] = data_fingerprint(*data)
+    payload = {"version": CACHE_VERSION, "config": config, "device": device, "data": memo[data]}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _match(wanted: list[str] | None, *names: str | None) -> bool:
+    if not wanted:
+        return True
+    lowered = {w.lower() for w in wanted}
+    return any(n is not None and n.lower() in lowered for n in names)
+
+
+def select(table: Table, datasets: list[str] | None = None, models: list[str] | None = None) -> tuple[list[Row], list[Column]]:
+    """Rows and columns chosen by ``--models`` (row id or label) and ``--datasets`` (label or preset)."""
+    rows = [r for r in table.rows if _match(models, r.id, r.label)]
+    columns = [c for c in table.columns if _match(datasets, c.label, c.preset)]
+    for wanted, found, what in ((models, rows, "--models"), (datasets, columns, "--datasets")):
+        if wanted and not found:
+            raise ConfigError(f"{what} {', '.join(wanted)} matches nothing in table {table.name}")
+    return rows, columns
+
+
+def _missing_side_files(resolved, needs: tuple[str, ...]) -> list[Path]:
+    from recbole_ext.data.checks import BUNDLED_WITH_RECBOLE
+
+    if resolved.dataset in BUNDLED_WITH_RECBOLE:
+        return []
+    directory = Path(resolved.values.get("data_path") or "dataset/") / resolved.dataset
+    return [directory / f"{resolved.dataset}.{kind}" for kind in needs
+            if not (directory / f"{resolved.dataset}.{kind}").is_file()]
+
+
+def _data_problem(resolved, memo: dict) -> str:
+    """Why the run's atomic files are not usable ('' when they are); each dataset is read once per plan."""
+    from recbole_ext.data.checks import require_atomic_files
+
+    values = resolved.values
+    key = (resolved.dataset, values.get("data_path"), repr(values.get("load_col")), repr(values.get("benchmark_filename")))
+    if key not in memo:
+        try:
+            require_atomic_files(resolved)
+            memo[key] = ""
+        except (DatasetMissingError, DataFormatError) as error:
+            memo[key] = str(error)
+    return memo[key]
+
+
+def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: str, runs_dir: Path,
+              device: str, use_data: dict[str, str] | None = None, memo: dict | None = None) -> Cell:
+    """Resolve every run of one cell; never raises for a cell that cannot run (its state says why)."""
+    from recbole_ext.config import resolve
+    from recbole_ext.config.loader import find_config_file, load_config_chain
+    from recbole_ext.registry import resolve_model
+
+    memo = {} if memo is None else memo
+
+    config_name = (use_data or {}).get(column.label) or column.config
+    data_label = (use_data or {}).get(column.label, "")
+    if table.kind == "statistics":  # counted from the preset's atomic files, nothing to train
+        if not column.preset:
+            return Cell(row, column, "missing-data", column.missing)
+        from recbole_ext.data.stats import locate_inter
+        try:
+            locate_inter(column.preset, STATISTICS_DATA_PATH)
+        except DataFormatError as error:
+            return Cell(row, column, "missing-data", f"{error} (recbole-ext data convert --preset {column.preset} ...)")
+        return Cell(row, column, "statistics")
+    if row.pending:
+        return Cell(row, column, "pending", f"model not available yet: {row.pending}", data_label=data_label)
+    if not config_name:
+        return Cell(row, column, "missing-data", column.missing, data_label=data_label)
+    try:
+        resolve_model(row.model)
+    except UnknownNameError:
+        return Cell(row, column, "pending", f"model {row.model!r} not available yet (not registered)",
+                    data_label=data_label)
+    try:
+        config_file = find_config_file(config_name)
+        file_values = load_config_chain(config_file).values
+        # a column's own values (its hidden size, batch) do not follow a --use-data substitute
+        per_column = {**column.set, **row.column_set.get(column.label, {})} if not data_label else {}
+        base = {**table.training, **row.set, **per_column, "model": row.model}
+        base.update(budget_values(table, budget, file_values))
+    except ConfigError as error:
+        return Cell(row, column, "error", str(error), data_label=data_label)
+    runs = []
+    for seed in seeds:
+        values = {**base, "seed": seed, "state": "WARNING", "show_progress": False}
+        try:
+            resolved = resolve(config_file, [], values)
+        except UnknownNameError as error:
+            return Cell(row, column, "pending", f"model not available yet: {error}", data_label=data_label)
+        except ConfigError as error:
+            return Cell(row, column, "error", str(error), data_label=data_label)
+        if not runs:  # data checks once per cell
+            problem = _data_problem(resolved, memo)
+            if problem:
+                return Cell(row, column, "missing-data", problem, data_label=data_label)
+            side = _missing_side_files(resolved, row.needs)
+            if side:
+                return Cell(row, column, "missing-data",
+                            f"{row.label} reads item/user features: provide {', '.join(str(p) for p in side)} "
+                            f"(recbole-ext data convert writes them from the paper's side files)", data_label=data_label)
+        key = cache_key(resolved, device, memo)
+        # absolute paths: Ray workers need not share this process's working directory
+        values.update(output_dir=str(Path(runs_dir).resolve()), run_name=key)
+        if resolved.values.get("data_path"):
+            values["data_path"] = os.path.abspath(resolved.values["data_path"])
+        runs.append(RunSpec(key, str(config_file), values, seed))
+    return Cell(row, column, "runnable", runs=runs, data_label=data_label)
+
+
+def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, models: list[str] | None = None,
+               seeds: int = 1, budget: str = "paper", use_data: dict[str, str] | None = None,
+               device: str | None = None, memo: dict | None = None) -> list[Cell]:
+    """Every cell of the selected rows × columns; ``memo`` shares data checks between plans."""
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    labels = [c.label for c in table.columns]
+    for label in use_data or {}:
+        if label not in labels:
+            raise ConfigError(f"--use-data {label}=...: table {table.name} has no column {label!r} "
+                              f"(columns: {', '.join(labels)})")
+    rows, columns = select(table, datasets, models)
+    first_seed = int(table.training.get("seed", 2020))
+    seed_list = [first_seed + i for i in range(seeds)]
+    device = device or device_label()
+    memo = {} if memo is None else memo
+    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo)
+            for column in columns for row in rows if _row_in_column(row, column)]
+
+
+def _row_in_column(row: Row, column: Column) -> bool:
+    """A row belongs to a column when the paper prints a value there (or prints nothing anywhere)."""
+    return not row.published or column.label in row.published

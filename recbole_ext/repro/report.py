@@ -1,0 +1,191 @@
+"""Write a reproduced table as ``<table>.md``, ``<table>.csv`` and ``<table>.png``.
+
+Every output of a quick-budget run carries :data:`recbole_ext.repro.plan.QUICK_LABEL` (the Markdown
+title, a CSV column on every line, the PNG title), and so does every line of a column whose data
+was replaced with ``--use-data``: neither is a reproduction.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from recbole_ext.compat import atomic_write_bytes
+from recbole_ext.repro.plan import QUICK_LABEL
+from recbole_ext.repro.results import Line
+from recbole_ext.repro.tables import Table
+
+SUBSTITUTED_LABEL = "substituted data — not a reproduction"
+
+
+@dataclass
+class RunInfo:
+    command: str
+    budget: str
+    seeds: int
+    device: str
+    date: str
+    wall_time_s: float
+    ran: int = 0
+    cached: int = 0
+    failed: int = 0
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.2f}%"
+
+
+def _ours(line: Line, digits: int) -> str:
+    if line.mean is None:
+        return "–"
+    text = _num(line.mean, digits)
+    if len(line.ours) > 1:
+        text += f" ± {_num(line.std, digits)}"
+    return text + (f" (n={len(line.ours)})" if len(line.ours) > 1 else "")
+
+
+def _holds(line: Line) -> str:
+    holds = line.direction_holds
+    return "–" if holds is None else ("yes" if holds else "**no**")
+
+
+def _labels(line: Line, info: RunInfo) -> list[str]:
+    labels = [QUICK_LABEL] if info.budget == "quick" else []
+    if line.data_label:
+        labels.append(f"{SUBSTITUTED_LABEL} ({line.data_label})")
+    return labels
+
+
+def _digits(table: Table) -> int:
+    return 2 if table.scale != 1 or table.kind != "metrics" else 4
+
+
+def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
+    digits = _digits(table)
+    quick = info.budget == "quick"
+    out = io.StringIO()
+    title = f"# {table.paper} — {table.title}"
+    out.write(title + (f" ({QUICK_LABEL})" if quick else "") + "\n\n")
+    if quick:
+        out.write(f"> **{QUICK_LABEL}.** Few epochs on cut-down data: a smoke test of the pipeline, "
+                  f"not comparable with the published numbers.\n\n")
+    out.write(f"- published: {table.source}\n")
+    protocol = ", ".join(f"{k}: {v}" for k, v in table.protocol.items())
+    out.write(f"- protocol: {protocol}\n")
+    if table.training:
+        out.write(f"- paper budget: {', '.join(f'{k}={v}' for k, v in table.training.items())}\n")
+    out.write(f"- command: `{info.command}`\n")
+    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; device: {info.device}; date: {info.date}; "
+              f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
+              f"{info.failed} failed)\n")
+    if table.scale != 1:
+        out.write(f"- values ×{table.scale:g} (as printed in the paper)\n")
+    for note in table.notes:
+        out.write(f"- note: {note}\n")
+    for erratum in table.errata:
+        out.write(f"- erratum: {erratum.get('row')} / {erratum.get('column')} / {erratum.get('metric', '')}: "
+                  f"printed {erratum.get('printed')}, used {erratum.get('used', '–')} — {erratum.get('note', '')}\n")
+    out.write("\nDifferences are ours − published; *direction* compares the sign of (row − compared row) "
+              "in the paper and in ours.\n")
+    for column in dict.fromkeys(l.column for l in lines):
+        column_lines = [l for l in lines if l.column == column]
+        substituted = next((l.data_label for l in column_lines if l.data_label), "")
+        heading = f"\n## {column}" + (f" — data: {substituted} ({SUBSTITUTED_LABEL})" if substituted else "")
+        out.write(heading + "\n\n")
+        out.write("| row | metric | published | ours (mean ± std) | Δ abs | Δ rel | vs | paper gain | our gain | "
+                  "direction holds | status |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for line in column_lines:
+            status = line.status if line.status == "done" else f"{line.status}"
+            out.write(f"| {line.row_label} | {line.metric.label} | {_num(line.published, digits)} | {_ours(line, digits)} "
+                      f"| {_num(line.abs_diff, digits)} | {_pct(line.rel_diff)} | {line.compare_to or ''} "
+                      f"| {_pct(line.published_gain)} | {_pct(line.ours_gain)} | {_holds(line)} | {status} |\n")
+    skipped = {(l.column, l.row_label): (l.status, l.reason) for l in lines if l.status not in ("done", "partial")}
+    if skipped:
+        out.write("\n## Cells not reproduced\n\n")
+        for (column, row), (status, reason) in skipped.items():
+            out.write(f"- {column} / {row}: {status}: {reason}\n")
+    text = out.getvalue()
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+
+
+CSV_FIELDS = ["table", "budget", "label", "dataset", "data_used", "row", "row_label", "metric", "metric_key",
+              "published", "ours_mean", "ours_std", "n_seeds", "abs_diff", "rel_diff", "compare_to",
+              "published_gain", "ours_gain", "direction_holds", "status", "reason"]
+
+
+def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for line in lines:
+        writer.writerow({
+            "table": table.name, "budget": info.budget, "label": "; ".join(_labels(line, info)),
+            "dataset": line.column, "data_used": line.data_label, "row": line.row_id, "row_label": line.row_label,
+            "metric": line.metric.label, "metric_key": line.metric.key, "published": line.published,
+            "ours_mean": line.mean, "ours_std": line.std, "n_seeds": len(line.ours), "abs_diff": line.abs_diff,
+            "rel_diff": line.rel_diff, "compare_to": line.compare_to or "", "published_gain": line.published_gain,
+            "ours_gain": line.ours_gain, "direction_holds": line.direction_holds, "status": line.status,
+            "reason": line.reason,
+        })
+    text = out.getvalue()
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+
+
+def write_png(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
+    """One panel per (column, metric): published and ours (± std) bars per row.
+
+    Columns where nothing ran are left out (the Markdown lists them), unless nothing ran at all.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ran = {l.column for l in lines if l.ours}
+    panels = list(dict.fromkeys((l.column, l.metric.label) for l in lines if not ran or l.column in ran))
+    n_cols = min(len(table.metrics), 4) or 1
+    n_rows = -(-len(panels) // n_cols) or 1
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.2 * n_rows), squeeze=False)
+    for axis in axes.flat[len(panels):]:
+        axis.set_visible(False)
+    for axis, (column, metric) in zip(axes.flat, panels):
+        panel = [l for l in lines if l.column == column and l.metric.label == metric]
+        positions = range(len(panel))
+        published = [l.published if l.published is not None else 0 for l in panel]
+        ours = [l.mean if l.mean is not None else 0 for l in panel]
+        errors = [l.std or 0 for l in panel]
+        axis.bar([p - 0.2 for p in positions], published, 0.4, label="published", color="#9aa5b1")
+        axis.bar([p + 0.2 for p in positions], ours, 0.4, yerr=errors, label="ours", color="#3b82c4", capsize=2)
+        axis.set_xticks(list(positions), [l.row_label for l in panel], rotation=45, ha="right", fontsize=7)
+        substituted = next((l.data_label for l in panel if l.data_label), "")
+        axis.set_title(f"{column}{' [data: ' + substituted + ']' if substituted else ''} — {metric}", fontsize=8)
+        axis.tick_params(axis="y", labelsize=7)
+    axes.flat[0].legend(fontsize=7)
+    title = f"{table.paper} {table.title}"
+    if info.budget == "quick":
+        title += f"\n{QUICK_LABEL.upper()}"
+    figure.suptitle(title, fontsize=10, color="#b91c1c" if info.budget == "quick" else "black")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    plt.close(figure)
+    atomic_write_bytes(path, lambda handle: handle.write(buffer.getvalue()))
+
+
+def write_reports(table: Table, lines: list[Line], info: RunInfo, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = table.name + (".quick" if info.budget == "quick" else "")
+    paths = [out_dir / f"{stem}.md", out_dir / f"{stem}.csv", out_dir / f"{stem}.png"]
+    write_markdown(table, lines, info, paths[0])
+    write_csv(table, lines, info, paths[1])
+    write_png(table, lines, info, paths[2])
+    return paths

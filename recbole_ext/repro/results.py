@@ -1,0 +1,148 @@
+"""Finished runs → one line per (dataset column, row, metric): published vs ours, differences, direction.
+
+Our value of a metric ``key`` is read from the run directory: a test metric of ``metrics.json``
+(times the table's ``scale``, e.g. 100 for tables printed in percent), or a measurement:
+
+- ``train_s_per_epoch`` / ``eval_s_per_epoch``: mean ``train_time_s`` / ``valid_time_s`` of
+  ``history.json`` over the epochs after the first (the first is warm-up), seconds;
+- ``peak_gpu_mem_gb``: ``torch.cuda.max_memory_allocated`` over the run, GiB (CUDA only);
+- dataset statistics (``users``, ``items``, ``interactions``, ``avg_length``, ``sparsity_pct``) of the
+  column's atomic files, counted as the paper printed them (``[PAD]`` included where it was).
+
+Direction: a row with ``compare_to`` claims the paper's sign of ``row − compare_to`` (a gain of the
+method over its base, or of the full model over an ablation); it *holds* when ours has the same sign.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recbole_ext.repro.execute import MEASURE_FILE, is_finished, run_dir_of
+from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
+from recbole_ext.repro.tables import Metric, Table
+
+TIMING_KEYS = {"train_s_per_epoch": "train_time_s", "eval_s_per_epoch": "valid_time_s"}
+
+
+@dataclass
+class Line:
+    column: str
+    row_id: str
+    row_label: str
+    metric: Metric
+    published: float | None
+    ours: list[float] = field(default_factory=list)
+    status: str = ""          # done | partial | pending | missing-data | error | not run | failed
+    reason: str = ""
+    data_label: str = ""
+    compare_to: str | None = None
+    published_gain: float | None = None   # (row - compare_to) / |compare_to|, published
+    ours_gain: float | None = None
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.ours) if self.ours else None
+
+    @property
+    def std(self) -> float | None:
+        return statistics.stdev(self.ours) if len(self.ours) > 1 else (0.0 if self.ours else None)
+
+    @property
+    def abs_diff(self) -> float | None:
+        return None if self.mean is None or self.published is None else self.mean - self.published
+
+    @property
+    def rel_diff(self) -> float | None:
+        if self.abs_diff is None or not self.published:
+            return None
+        return self.abs_diff / abs(self.published)
+
+    @property
+    def direction_holds(self) -> bool | None:
+        if self.published_gain is None or self.ours_gain is None or self.published_gain == 0:
+            return None
+        return (self.published_gain > 0) == (self.ours_gain > 0)
+
+
+def _mean_after_warmup(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.fmean(values[1:] if len(values) > 1 else values)
+
+
+def run_values(run_dir: Path, scale: float) -> dict[str, float]:
+    """Every value a finished run provides, by metric key."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    values = {k: float(v) * scale for k, v in (metrics.get("test") or {}).items()}
+    history_path = run_dir / "history.json"
+    history = json.loads(history_path.read_text()) if history_path.is_file() else []
+    for key, field_name in TIMING_KEYS.items():
+        mean = _mean_after_warmup([entry.get(field_name) for entry in history])
+        if mean is not None:
+            values[key] = mean
+    measure = json.loads((run_dir / MEASURE_FILE).read_text())
+    if measure.get("peak_gpu_mem_gb") is not None:
+        values["peak_gpu_mem_gb"] = float(measure["peak_gpu_mem_gb"])
+    return values
+
+
+def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH) -> tuple[dict | None, str]:
+    """Our statistics of a preset's atomic files, counted as the paper printed them; or why not."""
+    from recbole_ext.data.presets import get_preset
+    from recbole_ext.data.stats import dataset_stats, locate_inter
+    from recbole_ext.errors import RecboleExtError
+
+    try:
+        preset = get_preset(preset_name)
+        ours = dict(dataset_stats(locate_inter(preset_name, data_path)))
+    except RecboleExtError as error:
+        return None, str(error)
+    if preset.keep_unrated_items and "items_with_item_file" in ours:
+        ours["items"] = ours["items_with_item_file"]  # RecBole counts the .item file's ids too
+    if preset.published.includes_pad:  # the paper printed RecBole's counts, [PAD] included
+        ours["users"] += 1
+        ours["items"] += 1
+        ours["sparsity"] = 1 - ours["interactions"] / (ours["users"] * ours["items"])
+    ours["sparsity_pct"] = 100 * ours["sparsity"]
+    return ours, ""
+
+
+def collect(table: Table, cells: list[Cell], data_path: str = STATISTICS_DATA_PATH) -> list[Line]:
+    lines: list[Line] = []
+    for cell in cells:
+        per_run: list[dict[str, float]] = []
+        status, reason = cell.state, cell.reason
+        if cell.state == "statistics":
+            stats, reason = dataset_statistics(cell.column.preset, data_path)
+            status = "done" if stats is not None else "error"
+            per_run = [stats] if stats is not None else []
+        elif cell.state == "runnable":
+            finished = [run_dir_of(spec) for spec in cell.runs if is_finished(run_dir_of(spec))]
+            per_run = [run_values(d, table.scale) for d in finished]
+            status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
+            if not finished:
+                reason = "no finished run yet"
+        for index, metric in enumerate(table.metrics):
+            published = cell.row.published.get(cell.column.label, (None,) * len(table.metrics))[index]
+            ours = [values[metric.key] for values in per_run if metric.key in values]
+            lines.append(Line(cell.column.label, cell.row.id, cell.row.label, metric, published, ours, status, reason,
+                              cell.data_label, cell.row.compare_to))
+    _fill_directions(lines)
+    return lines
+
+
+def _fill_directions(lines: list[Line]) -> None:
+    index = {(l.column, l.row_id, l.metric.label): l for l in lines}
+    for line in lines:
+        if line.compare_to is None:
+            continue
+        base = index.get((line.column, line.compare_to, line.metric.label))
+        if base is None:
+            continue
+        if line.published is not None and base.published:
+            line.published_gain = (line.published - base.published) / abs(base.published)
+        if line.mean is not None and base.mean:
+            line.ours_gain = (line.mean - base.mean) / abs(base.mean)
