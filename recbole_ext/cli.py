@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     from recbole_ext.repro.cli import add_reproduce_command  # light: argparse only
 
     add_reproduce_command(commands)
-    __import__("recbole_ext.tune").tune.add_tune_command(commands)  # light: Ray is imported when a sweep starts
+    from recbole_ext.tune import add_tune_command  # light: Ray is imported when a sweep starts
+
+    add_tune_command(commands)
     return parser
 
 

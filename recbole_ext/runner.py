@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import yaml
@@ -112,8 +112,13 @@ def build(config):
 
 
 def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
-        values: dict[str, Any] | None = None, resolved: ResolvedConfig | None = None) -> RunResult:
-    """Train and test one config; see the module docstring for what it writes."""
+        values: dict[str, Any] | None = None, resolved: ResolvedConfig | None = None,
+        epoch_callback: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Train and test one config; see the module docstring for what it writes.
+
+    ``epoch_callback`` gets each validated epoch's ``history.json`` entry once its checkpoint (if
+    best) is saved (sweeps report it to Ray Tune; a scheduler may end the process there).
+    """
     started = time.time()
     resolved = resolved or resolve(config_file, overrides, values)
     require_atomic_files(resolved)
@@ -129,14 +134,14 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
                "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json(run_dir / "metrics.json", metrics)
     try:
-        return _train_and_test(config, run_dir, metrics, started)
+        return _train_and_test(config, run_dir, metrics, started, epoch_callback)
     except BaseException as error:
         metrics.update(status="failed", error=f"{error.__class__.__name__}: {error}")
         write_json(run_dir / "metrics.json", metrics)
         raise
 
 
-def _train_and_test(config, run_dir: Path, metrics: dict, started: float) -> RunResult:
+def _train_and_test(config, run_dir: Path, metrics: dict, started: float, epoch_callback=None) -> RunResult:
 
     init_logging(config, run_dir / "run.log")
     LOGGER.info("run directory: %s", run_dir)
@@ -145,7 +150,9 @@ def _train_and_test(config, run_dir: Path, metrics: dict, started: float) -> Run
     LOGGER.info(model)
     trainer = trainer_class(config)(config, model, run_dir=run_dir)
     show_progress = bool(config["show_progress"])
-    best_valid_score, best_valid_result = trainer.fit(train_data, valid_data, saved=True, show_progress=show_progress)
+    after_validation = (lambda epoch, score: epoch_callback(dict(trainer.history[-1]))) if epoch_callback else None
+    best_valid_score, best_valid_result = trainer.fit(train_data, valid_data, saved=True, show_progress=show_progress,
+                                                      callback_fn=after_validation)
     test_result = trainer.evaluate(test_data, load_best_model=True, show_progress=show_progress)
     # RecBole's early stopping keeps the latest of equally good epochs (it compares with >=).
     best_epoch = next((e["epoch"] for e in reversed(trainer.history) if e.get("valid_score") == float(best_valid_score)), None)
