@@ -1,0 +1,145 @@
+"""``recbole-ext reproduce`` end to end on the tiny-seq fixture: outputs, the cache, resuming a killed run.
+
+One module-scoped sequence trains two tiny runs in all: a first reproduction killed after its first
+run, a resumed one that trains only the missing run, and a third that trains nothing.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from recbole_ext.cli import main
+from recbole_ext.repro import execute
+from recbole_ext.errors import RecboleExtError
+from recbole_ext.repro.plan import QUICK_LABEL, Cell, RunSpec
+
+REPO = Path(__file__).resolve().parents[2]
+TABLE = Path(__file__).with_name("tiny_table.yaml")
+
+
+class Killed(KeyboardInterrupt):
+    """What a SIGINT/SIGKILL leaves behind, raised in-process."""
+
+
+@pytest.fixture(scope="module")
+def reproduction(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repro")
+    # The fixture dataset with an absolute data_path, so the runs may happen in any directory.
+    (root / "tiny.yaml").write_text(f"extends: {REPO / 'configs/datasets/tiny-seq.yaml'}\n"
+                                    f"data_path: {REPO / 'dataset_atomic'}/\nnum_threads: 1\n")
+    (root / "tiny_table.yaml").write_text(TABLE.read_text().replace("datasets/tiny-seq.yaml", str(root / "tiny.yaml")))
+    out = root / "out"
+    argv = ["reproduce", str(root / "tiny_table.yaml"), "--budget", "quick", "--out", str(out),
+            "--models", "base", "sinusoidal", "future"]
+    real_execute = execute.execute_run
+    calls = []
+
+    def killed_after_first(spec):
+        calls.append(spec.key)
+        if len(calls) == 1:
+            return real_execute(spec)
+        run_dir = execute.run_dir_of(spec)  # the second run is killed mid-training
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.json").write_text(json.dumps({"status": "running"}))
+        raise Killed()
+
+    results = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(execute, "execute_run", killed_after_first)
+        results["killed_rc"] = main(argv)
+        results["after_kill"] = sorted(p.name for p in (out / "runs").iterdir())
+        results["finished_after_kill"] = sorted(p.name for p in (out / "runs").iterdir() if execute.is_finished(p))
+
+    resumed = []
+
+    def counting(spec):
+        resumed.append(spec.key)
+        return real_execute(spec)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(execute, "execute_run", counting)
+        results["resume_rc"] = main(argv)
+    results["resumed"] = resumed
+
+    def must_not_run(spec):
+        raise AssertionError(f"cached run {spec.key} was trained again")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(execute, "execute_run", must_not_run)
+        results["cached_rc"] = main(argv)
+    results.update(out=out, calls=calls)
+    return results
+
+
+def test_killed_reproduction_keeps_the_finished_run_and_leaves_the_killed_one_unfinished(reproduction):
+    assert reproduction["killed_rc"] == 130
+    assert len(reproduction["after_kill"]) == 2
+    assert len(reproduction["finished_after_kill"]) == 1
+
+
+def test_resumed_reproduction_trains_only_the_missing_run(reproduction):
+    assert reproduction["resume_rc"] == 0
+    assert reproduction["resumed"] == [reproduction["calls"][1]]  # the killed one, restarted from scratch
+    assert all(execute.is_finished(p) for p in (reproduction["out"] / "runs").iterdir())
+
+
+def test_rerun_trains_nothing(reproduction):
+    assert reproduction["cached_rc"] == 0  # execute_run raised if anything was trained
+
+
+def test_outputs_are_written_and_labelled_quick(reproduction):
+    out = reproduction["out"]
+    markdown = (out / "tiny_table.quick.md").read_text()
+    assert QUICK_LABEL in markdown.splitlines()[0]
+    assert "| Sinusoidal | NDCG@10 | 6.00 |" in markdown
+    assert "pending: model 'NotYetAModel' not available yet" in markdown
+    assert (out / "tiny_table.quick.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(out / "tiny_table.quick.csv") as handle:
+        lines = list(csv.DictReader(handle))
+    assert {line["label"] for line in lines} == {QUICK_LABEL}
+    by_cell = {(line["row"], line["metric"]): line for line in lines if line["dataset"] == "Tiny"}
+    base, sinusoidal = by_cell[("base", "NDCG@10")], by_cell[("sinusoidal", "NDCG@10")]
+    assert base["status"] == sinusoidal["status"] == "done"
+    assert float(base["published"]) == 5.0 and 0 <= float(base["ours_mean"]) <= 100
+    # differences and the direction are computed from the same numbers the CSV shows
+    assert float(sinusoidal["abs_diff"]) == pytest.approx(float(sinusoidal["ours_mean"]) - 6.0)
+    ours_gain = float(sinusoidal["ours_mean"]) / float(base["ours_mean"]) - 1
+    assert float(sinusoidal["ours_gain"]) == pytest.approx(ours_gain)
+    assert float(sinusoidal["published_gain"]) == pytest.approx(0.2)
+    assert sinusoidal["direction_holds"] == str(ours_gain > 0)
+    assert by_cell[("future", "NDCG@10")]["status"] == "pending"
+
+
+def test_ours_are_the_run_directories_test_metrics(reproduction):
+    runs = [p for p in (reproduction["out"] / "runs").iterdir()]
+    ndcg = sorted(100 * json.loads((p / "metrics.json").read_text())["test"]["ndcg@10"] for p in runs)
+    with open(reproduction["out"] / "tiny_table.quick.csv") as handle:
+        ours = sorted(float(l["ours_mean"]) for l in csv.DictReader(handle)
+                      if l["metric"] == "NDCG@10" and l["ours_mean"])
+    assert ours == pytest.approx(ndcg)
+
+
+def test_list_shows_each_cell_state(capsys):
+    assert main(["reproduce", "--list", str(TABLE), "--datasets", "Elsewhere"]) == 0
+    text = capsys.readouterr().out
+    assert "Elsewhere" in text and "missing-data: provide dataset_atomic/elsewhere/elsewhere.inter" in text
+
+
+def test_parallel_without_ray_is_one_clear_error(monkeypatch, capsys, tmp_path):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):
+        if name == "ray":
+            raise ImportError("no ray")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    spec = RunSpec("k", None, {"output_dir": str(tmp_path), "run_name": "k"}, 1)
+    cell = Cell(row=None, column=None, state="runnable", runs=[spec])  # one unfinished run reaches Ray
+    with pytest.raises(RecboleExtError, match=r"pip install 'recbole-ext\[tune\]'"):
+        execute.execute_cells([cell], parallel=2, log=lambda _: None)
