@@ -13,12 +13,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from recbole_ext.cli import main
 from recbole_ext.errors import ConfigError
+from recbole_ext.tune.driver import SweepOutcome, run_sweep
+from recbole_ext.tune.report import rows_from_results
 from recbole_ext.tune.sweep import check_sweep, parse_sweep
 
 from .conftest import TINY_CONFIG
@@ -116,12 +119,41 @@ def test_missing_ray_is_a_one_line_error(in_tmp, capsys, monkeypatch):
     assert capsys.readouterr().err.strip() == "recbole-ext: error: Ray Tune is not installed: pip install recbole-ext[tune]"
 
 
+def fake_result(trial_id, learning_rate, reports, error=None):
+    """What the report reads from one of Ray's ``Result`` objects."""
+    import pandas
+
+    frame = pandas.DataFrame([{**{f"{group}/{k}": v for group in ("valid", "test") for k, v in r.get(group, {}).items()},
+                               **{k: v for k, v in r.items() if k not in ("valid", "test")}} for r in reports])
+    return SimpleNamespace(metrics_dataframe=frame, config={"learning_rate": learning_rate}, path=f"/x/{trial_id}",
+                           error=error, metrics={"trial_id": trial_id})
+
+
+def test_results_are_ranked_and_the_best_is_a_finished_trial(in_tmp):
+    sweep = parse_sweep(write_sweep(in_tmp, "metric: NDCG@10\nspace:\n  learning_rate: {loguniform: [1.0e-4, 1.0e-2]}\n"))
+    epoch = lambda n, score: {"epoch": n, "valid": {"ndcg@10": score}}  # noqa: E731
+    final = {"finished": True, "best_epoch": 1, "valid": {"ndcg@10": 0.30}, "test": {"ndcg@10": 0.25}, "epoch": 3}
+    rows = rows_from_results([
+        fake_result("finished", 1e-3, [epoch(1, 0.2), epoch(2, 0.3), epoch(3, 0.28), final]),
+        fake_result("stopped", 1e-2, [epoch(1, 0.35), epoch(2, 0.31)]),  # better, but stopped by ASHA
+        fake_result("broken", 1e-4, [epoch(1, 0.9)], error=RuntimeError("Traceback ...\nValueError: boom")),
+        fake_result("pending", 2e-4, []),
+    ], sweep)
+    assert [(r.trial_id, r.status) for r in rows] == [("stopped", "stopped"), ("finished", "finished"),
+                                                      ("broken", "error"), ("pending", "not run")]
+    assert rows[0].score == 0.35 and rows[0].epochs == 2 and rows[0].test == {}
+    assert rows[1].score == 0.30 and rows[1].epochs == 3 and rows[1].best_epoch == 1 and rows[1].test == {"ndcg@10": 0.25}
+    assert rows[2].error == "ValueError: boom"
+    assert SweepOutcome(in_tmp, rows).best.trial_id == "finished"
+
+
 # ---------------------------------------------------------------------------------------------
 # Real sweeps
 
 
 @pytest.mark.slow
 def test_grid_with_two_concurrent_trials(in_tmp, capsys):
+    """The example sweep's 2x2 grid, 1 epoch each, 2 trials at a time, through the command line."""
     from recbole_ext.runner import run
 
     assert main(tune_cli("--sweep", GRID_2X2, "--set", "epochs=1", "--max-concurrent", "2")) == 0
@@ -206,5 +238,5 @@ def test_killed_sweep_resumes_without_rerunning_finished_trials(in_tmp):
     assert {r["learning_rate"] for r in rows} == {"0.001", "0.003", "0.01"}
     for name, metrics in before.items():  # not rerun: the run directory is the one from before the kill
         assert run_metrics(runs / name) == metrics
-    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 2 and "pass --resume to continue it" in again.stderr
+    with pytest.raises(ConfigError, match="a sweep with this name exists; pass --resume to continue it"):
+        run_sweep(TINY_CONFIG, sweep)

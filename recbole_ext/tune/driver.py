@@ -40,7 +40,8 @@ class SweepOutcome:
 
     @property
     def best(self) -> TrialRow | None:
-        return self.rows[0] if self.rows and self.rows[0].status in ("finished", "stopped") else None
+        """The best finished trial: a stopped one would score differently when rerun to the end."""
+        return next((row for row in self.rows if row.status == "finished"), None)
 
 
 def _start_ray(address: str | None, ship_code: bool) -> None:

@@ -144,6 +144,7 @@ def _numeric(values: list[Any]) -> bool:
 def plot_metric(rows: list[TrialRow], sweep: Sweep, path: Path) -> bool:
     """One panel per swept key: the metric of every scored trial against that key's value."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -162,6 +163,7 @@ def plot_metric(rows: list[TrialRow], sweep: Sweep, path: Path) -> bool:
             xs = values
             if dim.logarithmic or (min(values) > 0 and max(values) / min(values) >= 10):
                 axis.set_xscale("log")
+                axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         else:
             labels = list(dict.fromkeys(str(v) for v in values))
             xs = [labels.index(str(v)) for v in values]

@@ -61,6 +61,7 @@ def run_trial(params: dict[str, Any], plan: TrialPlan) -> None:
     from ray import tune
 
     from recbole_ext.runner import run
+    from recbole_ext.trainer import write_json
 
     context = tune.get_context()
     trial_id = context.get_trial_id()
@@ -87,7 +88,13 @@ def run_trial(params: dict[str, Any], plan: TrialPlan) -> None:
         tune.report(_report_entry(entry, node_id, str(run_dir)))
 
     overrides = plan.trial_overrides(params, trial_id, threads, ray.get_gpu_ids())
-    result = run(plan.config_file, overrides, epoch_callback=report_epoch)
+    try:
+        result = run(plan.config_file, overrides, epoch_callback=report_epoch)
+    except SystemExit:  # how Ray ends a trial its scheduler stopped (the runner recorded "failed")
+        metrics = _read_json(run_dir / "metrics.json") or {}
+        metrics.pop("error", None)
+        write_json(run_dir / "metrics.json", {**metrics, "status": "stopped", "stopped_after_epoch": reported[-1] if reported else 0})
+        raise
     final = {"valid": result.best_valid_result, "test": result.test_result, "best_epoch": result.best_epoch}
     tune.report(_final_report(final, reported[-1] if reported else 0, node_id, str(result.run_dir)))
 
