@@ -75,11 +75,20 @@ class SoftmaxAttention(QKVAttention):
         self.inverse_scale = math.sqrt(dims.head_size) if options.scale is None else 1.0 / options.scale
         self.attn_dropout = Dropout(dims.attn_dropout_prob, dims.dropout_impl)
 
+    # Applies ``context.probability_gate`` (parts that wrap attention check this before relying on it).
+    applies_probability_gate = True
+
+    def probabilities(self, scores: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        """softmax over the allowed keys, times the context's probability gate (if any); recorded."""
+        probs = torch.softmax(scores + context.additive_mask, dim=-1)
+        if context.probability_gate is not None:
+            probs = probs * context.probability_gate
+        context.record("attention_probs", probs)
+        return probs
+
     def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
         scores = torch.matmul(query, key.transpose(-1, -2)) / self.inverse_scale
         bias = context.position.logit_bias(query, key, context)
         if bias is not None:
             scores = scores + bias
-        probs = torch.softmax(scores + context.additive_mask, dim=-1)
-        context.record("attention_probs", probs)
-        return torch.matmul(self.attn_dropout(probs), value)
+        return torch.matmul(self.attn_dropout(self.probabilities(scores, context)), value)

@@ -73,6 +73,10 @@ class AttentionContext:
     wants: frozenset[str] = frozenset()
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     records: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    # Multiplies softmax attention probabilities (broadcastable to [B, H, L, L]) in parts that apply
+    # it (``SoftmaxAttention.probabilities``); set by a wrapping part for the duration of its inner call,
+    # e.g. Rec-Denoiser's learned binary mask M = A ⊙ Z (``attention_masked.py``). None: unchanged.
+    probability_gate: torch.Tensor | None = None
     _additive_mask: torch.Tensor | None = None
 
     @property
