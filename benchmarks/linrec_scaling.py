@@ -1,0 +1,291 @@
+"""Train-step time and peak memory against sequence length: softmax SASRec vs LinRec-SASRec.
+
+    python benchmarks/linrec_scaling.py                      # N = 50 ... 1600, the full run (minutes)
+    python benchmarks/linrec_scaling.py --quick              # smoke: N = 16, 32, 64, tiny batch
+    python benchmarks/linrec_scaling.py --device cuda        # the same on a GPU (CUDA peak-memory counter)
+
+The paper's ML-1M setting (LinRec Table 4): 2 layers, d = 128, 8 heads, FFN 256, dropout 0.2, CE over
+3,706 items, Adam; sequences filled to N (no padding, so every mask mode does the same work).
+Variants: ``softmax`` (SASRec: RecBole's unfused attention, causal + padding mask), and LinRec
+(norm ``code``) with each ``mask``: ``none`` (authors), ``padding``, ``causal`` (chunked prefix form).
+
+Measured per (N, variant), variants alternating within each N so a busy machine slows all alike:
+
+- ``s/step``: median wall time of forward + backward + Adam over ``--steps`` steps after ``--warmup``.
+- ``peak MB`` (CPU): peak bytes of tensors allocated during one step, beyond what existed before it
+  (weights, Adam state). Method: ``torch.profiler`` with ``profile_memory=True`` attributes every
+  allocation and free to the op that made it; summing each op's own (self) net bytes in time order
+  gives the live-tensor curve at op granularity, whose maximum is the peak. Temporaries created and
+  freed inside one op are not seen, so this is a lower bound of the allocator's true peak; the
+  allocator's cache and fragmentation are not included. On CUDA: ``torch.cuda.max_memory_allocated``
+  minus the allocation before the step.
+- ``saved MB``: bytes autograd keeps for backward (unique storages seen by a saved-tensors hook),
+  the activation memory that the N×N attention tensors dominate.
+
+Writes ``benchmarks/results/linrec_scaling.json`` and ``.png`` (time and peak memory against N,
+log-log, with the ratios to softmax and where the curves cross); ``--out`` changes the stem.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+VARIANTS = {
+    "softmax": "attention=softmax",
+    "linrec-none": "attention={type: linrec, norm: code, mask: none}",
+    "linrec-padding": "attention={type: linrec, norm: code, mask: padding}",
+    "linrec-causal": "attention={type: linrec, norm: code, mask: causal}",
+}
+N_ITEMS = 3706  # ML-1M items with interactions
+
+
+class ItemCount:
+    """All SeqTransformer reads from a dataset at construction: the item count."""
+
+    def num(self, field):
+        return N_ITEMS + 1
+
+
+def build_model(variant: str, length: int, args):
+    import torch
+
+    from recbole_ext.config import resolve
+    from recbole_ext.runner import recbole_config
+
+    values = {"model": "LinRec", "dataset": "ml-100k", "MAX_ITEM_LIST_LENGTH": length, "hidden_size": args.hidden,
+              "train_neg_sample_args": None, "use_gpu": args.device == "cuda", "state": "ERROR", "show_progress": False}
+    resolved = resolve(None, [VARIANTS[variant]], values)
+    config = recbole_config(resolved, checkpoint_dir=Path(tempfile.gettempdir()) / "linrec_scaling")
+    torch.manual_seed(0)
+    return config, config.model_class(config, ItemCount()).to(args.device)
+
+
+def synthetic_batch(model, length: int, args):
+    import torch
+
+    generator = torch.Generator().manual_seed(length)
+    items = torch.randint(1, N_ITEMS + 1, (args.batch, length + 1), generator=generator)
+    return {model.ITEM_SEQ: items[:, :-1].to(args.device),
+            model.ITEM_SEQ_LEN: torch.full((args.batch,), length).to(args.device),
+            model.POS_ITEM_ID: items[:, -1].to(args.device)}
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def train_step(model, optimizer, batch) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    model.calculate_loss(batch).backward()
+    optimizer.step()
+
+
+def profiled_peak_bytes(model, optimizer, batch, device: str) -> int:
+    import torch
+
+    if device == "cuda":
+        synchronize(device)
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        train_step(model, optimizer, batch)
+        synchronize(device)
+        return torch.cuda.max_memory_allocated() - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        train_step(model, optimizer, batch)
+    events = sorted((e for e in profiler.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for event in events:
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
+
+
+def saved_bytes(model, batch) -> int:
+    import torch
+
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model.calculate_loss(batch)
+    del loss
+    return sum(size for pointer, size in storages.items() if pointer not in parameters)
+
+
+def measure(variant: str, length: int, args) -> dict:
+    import torch
+
+    config, model = build_model(variant, length, args)
+    model.train()
+    batch = synthetic_batch(model, length, args)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    times = []
+    for step in range(args.warmup + args.steps):
+        synchronize(args.device)
+        started = time.perf_counter()
+        train_step(model, optimizer, batch)
+        synchronize(args.device)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - started)
+    return {"variant": variant, "length": length, "s_per_step": statistics.median(times),
+            "peak_bytes": profiled_peak_bytes(model, optimizer, batch, args.device),
+            "saved_bytes": saved_bytes(model, batch)}
+
+
+def crossings(lengths: list[int], ours: list[float], baseline: list[float]) -> list[float]:
+    """Lengths where ``ours`` and ``baseline`` cross (log-log linear interpolation between grid points)."""
+    found = []
+    for i in range(len(lengths) - 1):
+        before = math.log(ours[i] / baseline[i])
+        after = math.log(ours[i + 1] / baseline[i + 1])
+        if before == 0:
+            found.append(float(lengths[i]))
+        elif before * after < 0:
+            fraction = before / (before - after)
+            found.append(math.exp(math.log(lengths[i]) + fraction * (math.log(lengths[i + 1]) - math.log(lengths[i]))))
+    return found
+
+
+def summarise(rows: list[dict], variants: list[str], lengths: list[int]) -> dict:
+    table = {(row["variant"], row["length"]): row for row in rows}
+    summary = {}
+    for variant in variants:
+        if variant == "softmax" or "softmax" not in variants:
+            continue
+        entry = {}
+        for metric in ("s_per_step", "peak_bytes"):
+            ours = [table[variant, n][metric] for n in lengths]
+            base = [table["softmax", n][metric] for n in lengths]
+            entry[metric] = {"ratio_to_softmax": [o / b for o, b in zip(ours, base)],
+                             "crosses_softmax_at_N": crossings(lengths, ours, base)}
+        summary[variant] = entry
+    return summary
+
+
+def print_table(rows: list[dict], variants: list[str], lengths: list[int], summary: dict) -> None:
+    table = {(row["variant"], row["length"]): row for row in rows}
+    print(f"{'N':>6} {'variant':<16} {'s/step':>9} {'peak MB':>10} {'saved MB':>10} {'softmax/this time':>18} "
+          f"{'this/softmax peak':>18}")
+    for n in lengths:
+        for variant in variants:
+            row = table[variant, n]
+            ratio_time = ratio_memory = "-"
+            if variant in summary:
+                index = lengths.index(n)
+                ratio_time = f"{1 / summary[variant]['s_per_step']['ratio_to_softmax'][index]:.2f}x"
+                ratio_memory = f"{summary[variant]['peak_bytes']['ratio_to_softmax'][index]:.3f}"
+            print(f"{n:>6} {variant:<16} {row['s_per_step']:>9.4f} {row['peak_bytes'] / 2**20:>10.1f} "
+                  f"{row['saved_bytes'] / 2**20:>10.1f} {ratio_time:>18} {ratio_memory:>18}")
+    for variant, entry in summary.items():
+        for metric, label in (("s_per_step", "time"), ("peak_bytes", "peak memory")):
+            points = entry[metric]["crosses_softmax_at_N"]
+            where = ", ".join(f"N≈{p:.0f}" for p in points) if points else f"none in N={lengths[0]}..{lengths[-1]}"
+            print(f"{variant}: {label} crosses softmax at {where}")
+
+
+def plot(rows: list[dict], variants: list[str], lengths: list[int], summary: dict, path: Path, title: str) -> None:
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = {(row["variant"], row["length"]): row for row in rows}
+    figure, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    panels = (("s_per_step", 1.0, "s / train step"), ("peak_bytes", 2.0**-20, "peak tensor memory (MiB)"))
+    for column, (metric, scale, label) in enumerate(panels):
+        for index, variant in enumerate(variants):
+            style = {"marker": "o", "label": variant, "color": f"C{index}"}
+            axes[0, column].loglog(lengths, [table[variant, n][metric] * scale for n in lengths], **style)
+            if variant in summary:
+                axes[1, column].loglog(lengths, summary[variant][metric]["ratio_to_softmax"], **style)
+                for point in summary[variant][metric]["crosses_softmax_at_N"]:
+                    for row_axes in axes[:, column]:
+                        row_axes.axvline(point, linestyle=":", linewidth=1, color="grey")
+                    axes[1, column].annotate(f"N≈{point:.0f}", (point, 1.0), textcoords="offset points", xytext=(3, 5),
+                                             fontsize=8)
+        axes[0, column].set_ylabel(label)
+        axes[1, column].axhline(1.0, color="black", linewidth=0.8)
+        axes[1, column].set_ylabel(f"{label.split(' (')[0]}: variant / softmax")
+        axes[1, column].set_xlabel("max sequence length N")
+        axes[0, column].legend(fontsize=8)
+        axes[1, column].set_xticks(lengths, [str(n) for n in lengths])
+        axes[1, column].minorticks_off()
+        axes[1, column].yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="50,100,200,400,800,1600")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--quick", action="store_true", help="smoke run: N = 16, 32, 64, batch 2, 1 step")
+    parser.add_argument("--out", default=None, help="output stem (default benchmarks/results/linrec_scaling[_quick])")
+    args = parser.parse_args()
+    if args.quick:
+        args.lengths, args.batch, args.steps, args.warmup, args.hidden = "16,32,64", 2, 1, 1, 32
+
+    import torch
+
+    import recbole_ext  # noqa: F401  (compat before RecBole)
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lengths = [int(n) for n in args.lengths.split(",")]
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        sys.exit(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
+    rows = []
+    for n in lengths:
+        for variant in variants:
+            rows.append(measure(variant, n, args))
+            print(f"  measured N={n} {variant}", file=sys.stderr)
+    summary = summarise(rows, variants, lengths)
+    hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+                f"{torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name())
+    settings = (f"batch {args.batch}, d {args.hidden}, 8 heads, 2 layers, {N_ITEMS} items; median of {args.steps} steps "
+                f"after {args.warmup} warm-up; {args.device}")
+    print(f"hardware: {hardware}\nsettings: {settings}")
+    print_table(rows, variants, lengths, summary)
+
+    stem = Path(args.out) if args.out else RESULTS / ("linrec_scaling_quick" if args.quick else "linrec_scaling")
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/linrec_scaling.py " + " ".join(sys.argv[1:])
+    stem.with_suffix(".json").write_text(json.dumps({
+        "command": command.strip(), "hardware": hardware, "settings": settings,
+        "date": time.strftime("%Y-%m-%d"), "rows": rows, "summary": summary}, indent=2))
+    plot(rows, variants, lengths, summary, stem.with_suffix(".png"),
+         f"{command.strip()} — {hardware}, {time.strftime('%Y-%m-%d')}\n{settings}")
+    print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
