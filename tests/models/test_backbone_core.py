@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from recbole_ext.nn import POSITION
 from ..conftest import TINY_DATA, tiny_recbole_config
 
 SIZES = {"inner_size": 64, "n_layers": 2, "n_heads": 2}
+GENRES = "{inter: [user_id, item_id, timestamp], item: [item_id, class, release_year]}"  # load_col with ml-100k's item features
 
 
 def build_pair(backbone="{type: core, recbole_quirks: true}", **ours_overrides):
@@ -131,15 +133,45 @@ def test_core_trains_and_evaluates(in_tmp):
     assert result.test_result and all(math.isfinite(v) for v in result.test_result.values())
 
 
-@pytest.mark.parametrize("position", POSITION.names())
-def test_core_steps_with_every_position_part(in_tmp, position):
-    config = tiny_recbole_config("SeqTransformer", hidden_size=16, inner_size=32, backbone="core", position=position)
-    train_data, _, test_data = data_preparation(config, create_dataset(config))
-    model = get_model("SeqTransformer")(config, train_data._dataset)
+@pytest.fixture(scope="package")
+def small_loaders(tmp_path_factory):
+    """One tiny ml-100k dataset (with the genres) for the every-position-part steps of all backbones."""
+    cwd = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("loaders"))
+    try:
+        config = tiny_recbole_config("SeqTransformer", hidden_size=16, inner_size=32, load_col=GENRES)
+        train_data, _, test_data = data_preparation(config, create_dataset(config))
+    finally:
+        os.chdir(cwd)
+    return config, train_data, test_data
+
+
+def step_and_score(loaders, **settings):
+    """A model with ``settings`` on the shared loaders: one backward pass and a full-sort evaluation."""
+    config, train_data, test_data = loaders
+    saved = {key: config[key] for key in settings}
+    for key, value in settings.items():
+        config[key] = value
+    try:
+        model = get_model("SeqTransformer")(config, train_data._dataset)
+    finally:
+        for key, value in saved.items():
+            config[key] = value
     loss = model.calculate_loss(first_batch(train_data))
     loss.backward()
-    assert torch.isfinite(loss) and model.backbone.position_weight.weight.grad.abs().sum() > 0
+    assert torch.isfinite(loss)
     model.eval()
     with torch.no_grad():
-        scores = model.full_sort_predict(first_batch(test_data))
-    assert scores.shape[-1] == model.n_items and torch.isfinite(scores).all()
+        interaction = first_batch(test_data)
+        scores = model.full_sort_predict(interaction)
+        assert scores.shape[-1] == model.n_items and torch.isfinite(scores).all()
+        interaction = with_random_items(interaction, model.n_items)
+        items = interaction["item_id"]
+        assert torch.allclose(model.predict(interaction), scores[torch.arange(len(items)), items], atol=1e-4)
+    return model
+
+
+@pytest.mark.parametrize("position", POSITION.names())
+def test_core_steps_with_every_position_part(small_loaders, position):
+    model = step_and_score(small_loaders, backbone="core", position=position)
+    assert model.backbone.position_weight.weight.grad.abs().sum() > 0
