@@ -8,13 +8,17 @@ are divided by their smallest non-zero gap ``r_min`` and rounded, ``t̃ = round(
 and ``r_ij = |t̃_i − t̃_j|``. Deviation: ``r_min`` and ``t_min`` come from the sequence window the
 model sees (TiSASRec's code takes them over the user's whole training history).
 
-Datasets without timestamps: by default a one-line error at model build; with
+Datasets without timestamps, or whose converter recorded synthetic ones (row numbers, in
+``<name>.meta.json``: SASRec-format sources such as ``denoiser-ml1m``): by default a one-line error
+at model build; with
 ``missing_timestamps: positions`` the position index stands in for time (``r_ij = |i − j|``),
 i.e. relative-position attention.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -39,6 +43,14 @@ def personalised_intervals(timestamps: torch.Tensor, real: torch.Tensor) -> torc
     return torch.where(both_real, intervals, torch.zeros_like(intervals)).to(torch.int64)
 
 
+def synthetic_timestamps(dataset) -> bool:
+    """Whether ``recbole-ext data convert`` recorded the dataset's timestamps as synthetic (row numbers)."""
+    meta = Path(dataset.dataset_path) / f"{dataset.dataset_name}.meta.json"
+    if not meta.is_file():
+        return False
+    return str(json.loads(meta.read_text()).get("timestamps", "")).startswith("synthetic")
+
+
 @BACKBONE.register("tisasrec")
 class TimeIntervalNextItem(CausalNextItem):
     """Causal next-item prediction whose attention sees personalised time intervals (use it with
@@ -54,13 +66,15 @@ class TimeIntervalNextItem(CausalNextItem):
         self.use_positions = False
 
     def bind_dataset(self, model, dataset) -> None:
-        if self.timestamp_field in dataset.field2type:
+        if self.timestamp_field not in dataset.field2type:
+            problem = f"has no {self.timestamp_field!r} field (load the TIME_FIELD in load_col.inter)"
+        elif synthetic_timestamps(dataset):
+            problem = "has synthetic timestamps (row numbers; see its meta.json): intervals would be positions"
+        else:
             return
         if self.options.missing_timestamps == "error":
-            raise ConfigError(
-                f"backbone 'tisasrec' needs timestamps: dataset {dataset.dataset_name!r} has no "
-                f"{self.timestamp_field!r} (load the TIME_FIELD in load_col.inter, or set "
-                f"backbone: {{type: tisasrec, missing_timestamps: positions}})")
+            raise ConfigError(f"backbone 'tisasrec' needs timestamps: dataset {dataset.dataset_name!r} {problem}; "
+                              f"set backbone: {{type: tisasrec, missing_timestamps: positions}} to use |i - j|")
         self.use_positions = True
 
     def encoder_inputs(self, model, interaction) -> dict[str, torch.Tensor]:
