@@ -76,15 +76,39 @@ def topk_problem(lags: int, length: int) -> str:
     return f"gives k = int(m·ln N) = {lags} lags for N={length}; k must be in [1, N] ({bounds})"
 
 
-def shift_filter(lags: torch.Tensor, weights: torch.Tensor, length: int) -> torch.Tensor:
-    """[B, M] complex G with irfft(rfft(V)·G) = Σ_j w_j · Roll(V, τ_j), Roll(V, τ)[t] = V[(t+τ) mod N].
+@lru_cache(maxsize=64)
+def band_filter_matrix(length: int, band: tuple[int, int]) -> torch.Tensor | None:
+    """[N, N] real P with P @ x = irfft(band_pass(rfft(x)), n=N) along time; None for the full band.
 
-    A circular shift by τ multiplies bin f by e^{2πi f τ / N}, so Eq. 13/17's weighted sum of
-    rolled sequences is one product in the frequency domain instead of k rolls.
+    Keeping a band is linear and shift-invariant, so it is one small circulant matrix: on CPU a
+    batched matmul with it is much cheaper than an rfft/irfft pair of length N (not a power of two)
+    along a strided axis. Built once per (N, band) from the FFT itself, so it is exact for odd N too.
     """
-    frequencies = torch.arange(rfft_bins(length), device=lags.device, dtype=weights.dtype)
-    phase = (2 * math.pi / length) * lags.to(weights.dtype)[..., None] * frequencies  # [B|1, k, M]
-    return (weights[..., None] * torch.polar(torch.ones_like(phase), phase)).sum(-2)
+    if band[0] <= 0 and band[1] >= rfft_bins(length):
+        return None
+    identity = torch.eye(length, dtype=torch.float64)
+    return torch.fft.irfft(band_pass(torch.fft.rfft(identity, dim=0), band, dim=0), n=length, dim=0).float()
+
+
+def circular_lag_sums(scores: torch.Tensor) -> torch.Tensor:
+    """[B, N, N] S[t', t] → [B, N] c[τ] = Σ_t S[(t+τ) mod N, t] (circular cross-correlation from all pairs)."""
+    length = scores.size(-1)
+    positions = torch.arange(length, device=scores.device)
+    rows = (positions[None, :] + positions[:, None]) % length  # [τ, t]
+    return scores[:, rows, positions].sum(-1)
+
+
+def lag_matrix(lags: torch.Tensor, weights: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, N, N] A with A @ V = Σ_j w_j · Roll(V, τ_j), Roll(V, τ)[t] = V[(t+τ) mod N] (Eq. 13/17).
+
+    ``lags`` [B or 1, k], ``weights`` [B, k]; one batched matmul replaces k rolls, for shared and
+    per-sample lags alike.
+    """
+    batch, count = weights.shape
+    positions = torch.arange(length, device=weights.device)
+    columns = (positions[None, :, None] + lags[:, None, :]) % length  # [B|1, N, k]
+    matrix = torch.zeros(batch, length, length, device=weights.device, dtype=weights.dtype)
+    return matrix.scatter_add(2, columns.expand(batch, -1, -1), weights[:, None, :].expand(-1, length, -1))
 
 
 @ATTENTION.register("fearec")
@@ -139,8 +163,8 @@ class FrequencyHybridAttention(SoftmaxAttention):
                              f"{options.global_ratio}); use a longer sequence, fewer layers or a larger global_ratio")
         self.band = band
         full = (0, rfft_bins(length))
-        self.time_band = band if options.std else full
-        self.frequency_band = band if options.sfd else full
+        for name, on in (("time_filter", options.std), ("frequency_filter", options.sfd)):
+            self.register_buffer(name, band_filter_matrix(length, band if on else full), persistent=False)
         # Fusion weights; one branch off = the other alone (Eq. 18 with γ = 0 or 1).
         self.time_weight = options.spatial_ratio if options.fda else 1.0
         if not options.dual_domain:
@@ -151,64 +175,47 @@ class FrequencyHybridAttention(SoftmaxAttention):
         if self.options.fda and not 1 <= lags <= length:
             raise ValueError(f"attention (fearec): topk_factor={self.options.topk_factor} {topk_problem(lags, length)}")
 
-    def bands_for(self, length: int) -> tuple[tuple[int, int], tuple[int, int]]:
-        """(time band, frequency band) for the actual input length (= N in a model; tests may vary it)."""
+    def filters_for(self, length: int, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(time filter, frequency filter) band matrices for the input length (N in a model; tests vary it)."""
         if length == self.dims.max_seq_length:
-            return self.time_band, self.frequency_band
+            return self.time_filter, self.frequency_filter
         self.check_length(length)
         band = ramp_band(length, self.dims.n_layers, self.options.global_ratio, self.layer_index)
         full = (0, rfft_bins(length))
-        return (band if self.options.std else full), (band if self.options.sfd else full)
+        filters = [band_filter_matrix(length, band if on else full) for on in (self.options.std, self.options.sfd)]
+        return tuple(None if f is None else f.to(device) for f in filters)
 
     def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
-        length = query.size(2)
-        time_band, frequency_band = self.bands_for(length)
-        # FFTs in fp32: bf16 has no FFT kernels, and the spectra sum over the whole window.
-        query, key, value = query.float(), key.float(), value.float()
-        spectra = {}
-
-        def spectrum(name: str, tensor: torch.Tensor) -> torch.Tensor:  # each rfft at most once per layer
-            if name not in spectra:
-                spectra[name] = torch.fft.rfft(tensor, dim=2)
-            return spectra[name]
-
-        def filtered(name: str, tensor: torch.Tensor, band: tuple[int, int]) -> torch.Tensor:
-            if band == (0, rfft_bins(length)):  # nothing to remove: skip the round trip
-                return tensor
-            return torch.fft.irfft(band_pass(spectrum(name, tensor), band, dim=2), n=length, dim=2)
-
+        time_filter, frequency_filter = self.filters_for(query.size(2), query.device)
         mixed = 0.0
         if self.time_weight > 0:
-            time_query = filtered("query", query, time_band)
-            time_key = filtered("key", key, time_band)
-            time_value = filtered("value", value, time_band)
-            mixed = self.time_weight * super().mix(time_query, time_key, time_value, context)
+            # Eq. 10: Q̃, K̃, Ṽ keep only the layer's band; then ordinary masked softmax attention (Eq. 11–12).
+            filtered = [x if time_filter is None else torch.matmul(time_filter.to(x.dtype), x) for x in (query, key, value)]
+            mixed = self.time_weight * super().mix(*filtered, context)
         if self.time_weight < 1:
             if self.options.fda_padding_mask:
                 real = context.key_padding[:, None, :, None].to(query.dtype)
                 query, key, value = query * real, key * real, value * real
-                spectra.clear()
-            mixed = mixed + (1 - self.time_weight) * self.frequency_attention(
-                query, key, value, frequency_band, spectrum)
+            mixed = mixed + (1 - self.time_weight) * self.frequency_attention(query, key, value, frequency_filter)
         return mixed
 
-    def frequency_attention(self, query, key, value, band, spectrum) -> torch.Tensor:
+    def frequency_attention(self, query, key, value, band_filter) -> torch.Tensor:
         """FDA, Eq. 13–17: [B, H, N, d] → [B, H, N, d]."""
-        length = query.size(2)
-        cross = band_pass(spectrum("query", query) * spectrum("key", key).conj(), band, dim=2)
-        # Eq. 15's MEAN over heads and channels commutes with the inverse FFT: average the
-        # cross-spectrum first, then one irfft per sample. corr[b, τ] = Σ_t q[(t+τ) mod N]·k[t] / (H·d).
-        correlation = torch.fft.irfft(cross.mean(dim=(1, 3)), n=length, dim=-1)  # [B, N]
+        heads, length, size = query.shape[1:]
+        # Eq. 14–15: irfft(band(Q·conj K)) averaged over heads and channels is the band-filtered
+        # circular cross-correlation c[τ] = Σ_t q[(t+τ) mod N]·k[t] / (H·d), from all position pairs.
+        pairs = torch.einsum("bhtc,bhsc->bts", query, key).float()
+        correlation = circular_lag_sums(pairs) / (heads * size)  # [B, N]
+        if band_filter is not None:
+            correlation = correlation @ band_filter.T
         lag_count = topk_lag_count(self.options.topk_factor, length)
         if self.training and self.options.fda_train_lags == "shared":
-            lags = torch.topk(correlation.mean(0), lag_count).indices  # [k], one set for the batch
-            weights = torch.softmax(correlation[:, lags], dim=-1)  # [B, k]
-            lags = lags[None]
+            lags = torch.topk(correlation.mean(0), lag_count).indices[None]  # [1, k]: one set for the batch
+            weights = torch.softmax(correlation[:, lags[0]], dim=-1)  # [B, k]
         else:
             scores, lags = torch.topk(correlation, lag_count, dim=-1)  # [B, k]
             weights = torch.softmax(scores, dim=-1)
-        value_spectrum = spectrum("value", value)
-        if self.options.fda_filtered_value:
-            value_spectrum = band_pass(value_spectrum, band, dim=2)
-        shifts = shift_filter(lags, weights, length)  # [B, M]
-        return torch.fft.irfft(value_spectrum * shifts[:, None, :, None], n=length, dim=2)
+        aggregate = lag_matrix(lags, weights, length)  # [B, N, N]
+        if self.options.fda_filtered_value and band_filter is not None:
+            aggregate = aggregate @ band_filter  # Eq. 17 rolls Ṽ = P·V
+        return torch.matmul(aggregate[:, None].to(value.dtype), value)
