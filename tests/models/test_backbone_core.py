@@ -41,8 +41,8 @@ def with_random_items(interaction, n_items):
     return interaction
 
 
-def test_core_matches_recbole_with_copied_weights(in_tmp):
-    stock, ours, train_data, test_data = build_pair()
+def assert_same_scores(stock, ours, train_data, test_data):
+    """Eval mode: full-sort scores, sampled scores and the training loss agree to 1e-5."""
     stock.eval(), ours.eval()
     interaction = first_batch(test_data)
     with torch.no_grad():
@@ -53,23 +53,29 @@ def test_core_matches_recbole_with_copied_weights(in_tmp):
         assert stock.calculate_loss(batch).item() == pytest.approx(ours.calculate_loss(batch).item(), abs=1e-5)
 
 
+def test_core_matches_recbole_with_copied_weights(in_tmp):
+    assert_same_scores(*build_pair())
+
+
+def losses_of_steps(model, batches, seed=3):
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    torch.manual_seed(seed)
+    losses = []
+    for batch in batches:
+        optimizer.zero_grad()
+        loss = model.calculate_loss(batch)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 def test_core_training_steps_match_recbole_with_torch_dropout(in_tmp):
     """Session dropout, input dropout, encoder dropout and item dropout in RecBole's order."""
     stock, ours, train_data, _ = build_pair(dropout_impl="torch")
     batches = [b for _, b in zip(range(2), train_data)]
-    losses = {}
-    for name, model in (("stock", stock), ("ours", ours)):
-        model.train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        torch.manual_seed(3)
-        losses[name] = []
-        for batch in batches:
-            optimizer.zero_grad()
-            loss = model.calculate_loss(batch)
-            loss.backward()
-            optimizer.step()
-            losses[name].append(loss.item())
-    assert losses["stock"] == pytest.approx(losses["ours"], abs=1e-5)
+    assert losses_of_steps(stock, batches) == pytest.approx(losses_of_steps(ours, batches), abs=1e-5)
 
 
 def test_representation_is_the_attention_weighted_item_sum(in_tmp):

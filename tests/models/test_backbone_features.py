@@ -15,18 +15,18 @@ from recbole_ext.models.backbone_features import ItemFeatureEmbedding, state_dic
 from recbole_ext.nn import POSITION
 
 from ..conftest import TINY_DATA, tiny_recbole_config
-from .test_backbone_core import GENRES, first_batch, step_and_score, small_loaders, with_random_items  # noqa: F401
+from .test_backbone_core import GENRES, assert_same_scores, first_batch, losses_of_steps, small_loaders, step_and_score  # noqa: F401
 
 SIZES = {"inner_size": 64, "n_layers": 2, "n_heads": 2, "hidden_size": 32, "load_col": GENRES}
 RECBOLE_NAMES = {"sasrecf": "SASRecF", "fdsa": "FDSA"}
 
 
-def build_pair(backbone, pooling_mode, selected_features="[class, release_year]"):
+def build_pair(backbone, pooling_mode, selected_features="[class, release_year]", **overrides):
     """RecBole's model and ours with its weights; a token (release_year) and a token_seq (class) feature."""
     name = RECBOLE_NAMES[backbone]
     settings = {**SIZES, "selected_features": selected_features, "pooling_mode": pooling_mode}
     stock_config = tiny_recbole_config(name, **settings)
-    ours_config = tiny_recbole_config("SeqTransformer", backbone=backbone, **settings)
+    ours_config = tiny_recbole_config("SeqTransformer", backbone=backbone, **settings, **overrides)
     train_data, _, test_data = data_preparation(ours_config, create_dataset(ours_config))
     init_seed(0, True)
     stock = get_model(name)(stock_config, train_data._dataset)
@@ -39,15 +39,13 @@ def build_pair(backbone, pooling_mode, selected_features="[class, release_year]"
 
 @pytest.mark.parametrize("backbone, pooling_mode", [("sasrecf", "sum"), ("fdsa", "mean"), ("sasrecf", "max")])
 def test_matches_recbole_with_copied_weights(in_tmp, backbone, pooling_mode):
-    stock, ours, train_data, test_data = build_pair(backbone, pooling_mode)
-    stock.eval(), ours.eval()
-    interaction = first_batch(test_data)
-    with torch.no_grad():
-        assert torch.allclose(stock.full_sort_predict(interaction), ours.full_sort_predict(interaction), atol=1e-5)
-        interaction = with_random_items(interaction, ours.n_items)
-        assert torch.allclose(stock.predict(interaction), ours.predict(interaction), atol=1e-5)
-        batch = first_batch(train_data)
-        assert stock.calculate_loss(batch).item() == pytest.approx(ours.calculate_loss(batch).item(), abs=1e-5)
+    assert_same_scores(*build_pair(backbone, pooling_mode))
+
+
+def test_sasrecf_training_steps_match_recbole_with_torch_dropout(in_tmp):
+    stock, ours, train_data, _ = build_pair("sasrecf", "sum", dropout_impl="torch")
+    batches = [b for _, b in zip(range(2), train_data)]
+    assert losses_of_steps(stock, batches) == pytest.approx(losses_of_steps(ours, batches), abs=1e-5)
 
 
 def fake_dataset(fields: dict[str, tuple[FeatureType, torch.Tensor, int]]):
