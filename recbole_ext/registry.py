@@ -35,6 +35,8 @@ ENTRY_POINT_GROUP = "recbole_ext.models"
 # (entry points only exist once the package metadata is installed).
 BUILTIN_MODELS = {
     "SeqTransformer": "recbole_ext.models.seq_transformer:SeqTransformer",
+    "DINPos": "recbole_ext.models.target_attention:DINPos",
+    "DIENPos": "recbole_ext.models.target_attention:DIENPos",
     "DuoRecExt": "recbole_ext.models.fearec:DuoRecExt",
     "FEARecExt": "recbole_ext.models.fearec:FEARecExt",
 }

@@ -1,0 +1,158 @@
+"""DIN and DIEN with an order signal inside the target attention: CAPE's Table 2 models.
+
+``DINPos`` and ``DIENPos`` are RecBole's ``DIN``/``DIEN`` (pointwise CTR models; labeled
+evaluation with AUC/LogLoss) whose target-attention unit (RecBole's ``SequenceAttLayer``: an MLP
+over [t, h_j, t - h_j, t ⊙ h_j]) takes a ``position`` key:
+
+- ``none``: RecBole's model, bit for bit (same parameters, same random draws);
+- ``learned_absolute``: the paper's "Naïve" PE, a trained vector per position index (dim = the item
+  representation) added to the attention's keys;
+- ``cape`` / ``cope``: :class:`~recbole_ext.nn.position_context.ContextualPositionBias` on the
+  attention logits with the target item as the query (CAPE Eqs. 1-8; the gates use the same MLP
+  logit as the attention, as the authors' code); options as for the self-attention parts
+  (``pos_dim``, ``max_positions``, ``gate``, ``gate_mask``).
+
+``target_attention_softmax`` normalises the scores with a masked softmax. Defaults are RecBole's:
+false for DIN (it pools with the raw masked scores), true for DIEN (its interest-evolving
+attention); the authors' DIN+CAPE configs use a softmax (``din_use_softmax: True``). The logit is
+RecBole's: the MLP score divided by √d.
+
+``gate_mask: official`` in target attention reproduces the authors' DIN: gates come from the scores
+with padded slots set to 0 (gate 1 - σ(0) = 0.5 each, so RecBole's trailing padding shifts every
+real position). ``strict`` sums gates over real history items only (Eq. 2).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from recbole.model.layers import SequenceAttLayer
+from recbole.model.sequential_recommender.dien import DIEN
+from recbole.model.sequential_recommender.din import DIN
+from torch import nn
+
+from recbole_ext.config.schema import Key
+from recbole_ext.errors import ConfigError
+from recbole_ext.nn import POSITION, PartSpec, parse_part_spec
+from recbole_ext.nn.position_context import ContextualPositionBias
+
+PROPERTIES = Path(__file__).parent / "properties"
+TARGET_POSITIONS = ("none", "learned_absolute", "cope", "cape")
+
+
+def parse_target_position(value, where: str) -> PartSpec:
+    """A position spec as for SeqTransformer (name or mapping with options), limited to the kinds
+    that make sense with one query (the target) and an MLP similarity."""
+    spec = parse_part_spec(POSITION, value, where)
+    if spec.name not in TARGET_POSITIONS:
+        raise ConfigError(f"{where}: target attention takes position {', '.join(TARGET_POSITIONS)}, not {spec.name!r}")
+    return spec
+
+
+class PositionalSequenceAttention(nn.Module):
+    """RecBole's ``SequenceAttLayer`` with a position encoding inside; takes over that layer's MLP
+    (``att_mlp_layers``, ``dense``) so parameter names, values and checkpoints stay DIN's/DIEN's."""
+
+    def __init__(self, attention: SequenceAttLayer, position: PartSpec, query_size: int, max_length: int,
+                 softmax: bool):
+        super().__init__()
+        self.att_mlp_layers = attention.att_mlp_layers
+        self.dense = attention.dense
+        self.return_seq_weight = attention.return_seq_weight
+        self.softmax = softmax
+        self.gate_mask = getattr(position.options, "gate_mask", "strict")
+        self.position_embedding = nn.Embedding(max_length, query_size) if position.name == "learned_absolute" else None
+        self.contextual = None
+        if position.name in ("cape", "cope"):
+            options = position.options
+            self.contextual = ContextualPositionBias(
+                query_size, options.max_positions or max_length + 1, options.pos_dim, options.gate)
+
+    def init_position_parameters(self, init_weights) -> None:
+        """Initialise only the position parameters, with the host model's init (xavier for DIN/DIEN,
+        as FuxiCTR), so the rest keeps the values the host drew."""
+        for module in (self.position_embedding, self.contextual):
+            if module is not None:
+                module.apply(init_weights)
+        if self.contextual is not None:
+            self.contextual.reset_part_parameters()
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, keys_length: torch.Tensor) -> torch.Tensor:
+        """``queries`` [B, d] (the target), ``keys`` [B, T, d], ``keys_length`` [B] → pooled [B, 1, d]
+        or weights [B, 1, T] (``return_seq_weight``), as ``SequenceAttLayer``."""
+        length = keys.size(1)
+        if self.position_embedding is not None:
+            keys = keys + self.position_embedding.weight[:length]
+        valid = torch.arange(length, device=keys.device)[None, :] < keys_length[:, None]
+        expanded = queries.unsqueeze(1).expand(-1, length, -1)
+        scores = self.dense(self.att_mlp_layers(torch.cat([expanded, keys, expanded - keys, expanded * keys], dim=-1)))
+        logits = scores.squeeze(-1) / queries.size(-1) ** 0.5  # RecBole's scaling
+        if self.contextual is not None:  # CAPE Eq. 8: a_j ∝ exp(sim_item(t, h_j) + z[p_j])
+            if self.gate_mask == "official":  # the authors' DIN zeroes padded scores before the gates
+                gate_logits, gate_valid = logits.masked_fill(~valid, 0.0), None
+            else:
+                gate_logits, gate_valid = logits, valid[:, None, :]
+            logits = logits + self.contextual(queries[:, None, :], gate_logits[:, None, :], gate_valid)[:, 0]
+        weights = logits.masked_fill(~valid, float("-inf") if self.softmax else 0.0)
+        if self.softmax:
+            weights = torch.softmax(weights, dim=-1)
+        weights = weights.unsqueeze(1)
+        return weights if self.return_seq_weight else torch.matmul(weights, keys)
+
+
+TARGET_ATTENTION_KEYS = {
+    "position": Key(str | dict, "order signal in the target attention: none | learned_absolute | cope | cape",
+                    parse=parse_target_position),
+    "target_attention_softmax": Key(bool, "normalise the target attention's scores with a masked softmax"),
+}
+
+
+def item_representation_size(model) -> int:
+    """d of DIN/DIEN's item representation: one embedding per non-float item feature (RecBole's count)."""
+    return model.att_list[0] // 4
+
+
+def install_positional_attention(model, attention: SequenceAttLayer, config) -> PositionalSequenceAttention:
+    layer = PositionalSequenceAttention(attention, parse_target_position(config["position"], "position"),
+                                        item_representation_size(model), model.max_seq_length,
+                                        config["target_attention_softmax"])
+    layer.init_position_parameters(model._init_weights)
+    # RecBole pickles ``other_parameter_name`` modules into checkpoints; the embedding layer's
+    # parameters are in the state dict already, so keep checkpoints weights-only.
+    model.other_parameter_name = []
+    return layer
+
+
+class DINPos(DIN):
+    """DIN (Zhou et al., KDD 2018) with none / learned_absolute / cope / cape in its target attention."""
+
+    DEFAULT_CONFIG = PROPERTIES / "DINPos.yaml"
+    CONFIG_SCHEMA = TARGET_ATTENTION_KEYS
+
+    def __init__(self, config, dataset):
+        super().__init__(config, dataset)
+        self.attention = install_positional_attention(self, self.attention, config)
+
+
+class DIENPos(DIEN):
+    """DIEN (Zhou et al., AAAI 2019) with none / learned_absolute / cope / cape in its interest-evolving attention."""
+
+    DEFAULT_CONFIG = PROPERTIES / "DIENPos.yaml"
+    CONFIG_SCHEMA = TARGET_ATTENTION_KEYS
+
+    def __init__(self, config, dataset):
+        super().__init__(config, dataset)
+        evolving = self.interest_evolution
+        evolving.attention_layer = install_positional_attention(self, evolving.attention_layer, config)
+
+
+def _register_dien_dataset() -> None:
+    """RecBole picks ``recbole.data.dataset.<model>Dataset`` by model name; DIEN's (which adds the
+    sampled negative item sequences DIEN's auxiliary loss reads) must serve DIENPos too."""
+    import recbole.data.dataset as datasets
+
+    if not hasattr(datasets, "DIENPosDataset"):
+        datasets.DIENPosDataset = datasets.DIENDataset
+
+
+_register_dien_dataset()
