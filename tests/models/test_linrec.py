@@ -14,19 +14,25 @@ from ..conftest import TINY_DATA, tiny_recbole_config
 
 LINREC_PRESETS = sorted(path.stem for path in presets.PRESETS.glob("LinRec*.yaml"))
 
+# ml-100k's genres, for the feature backbones (sasrecf, fdsa); harmless for the others
+FEATURE_DATA = ["load_col={inter: [user_id, item_id, timestamp], item: [item_id, class]}", "selected_features=[class]"]
+
 
 def test_presets_pick_the_authors_linrec_on_each_backbone():
-    assert {"LinRec", "LinRecBERT4Rec"} <= set(LINREC_PRESETS)
+    assert {"LinRec", "LinRecBERT4Rec", "LinRecCORE", "LinRecSASRecF", "LinRecFDSA"} <= set(LINREC_PRESETS)
+    backbones = {}
     for name in LINREC_PRESETS:
-        values = resolve(TINY_DATA, [f"model={name}"]).values
+        values = resolve(TINY_DATA, [f"model={name}", *FEATURE_DATA]).values
         assert values["attention"] == {"type": "linrec", "norm": "code", "mask": "none"}, name
         assert values["n_heads"] == 8 and values["n_layers"] == 2 and values["inner_size"] == 256
-    assert resolve(TINY_DATA, ["model=LinRecBERT4Rec"]).values["backbone"] == "bert4rec"
+        backbones[name] = values["backbone"]
+    assert backbones == {"LinRec": "sasrec", "LinRecBERT4Rec": "bert4rec", "LinRecCORE": "core",
+                         "LinRecSASRecF": "sasrecf", "LinRecFDSA": "fdsa"}
 
 
 @pytest.mark.parametrize("preset", LINREC_PRESETS)
 def test_each_preset_trains_one_epoch(in_tmp, preset):
-    result = run(TINY_DATA, [f"model={preset}", "epochs=1", "hidden_size=16", "inner_size=16", "n_layers=1"])
+    result = run(TINY_DATA, [f"model={preset}", "epochs=1", "hidden_size=16", "inner_size=16", "n_layers=1", *FEATURE_DATA])
     (entry,) = json.loads((result.run_dir / "history.json").read_text())
     assert torch.isfinite(torch.tensor(entry["train_loss"]["loss"])) and entry["train_loss"]["loss"] > 0
     assert 0 <= result.test_result["ndcg@10"] <= 1
