@@ -104,7 +104,7 @@ def command_list(args) -> int:
 
 def command_reproduce(args) -> int:
     from recbole_ext.repro.execute import execute_cells
-    from recbole_ext.repro.plan import QUICK_LABEL, device_label, plan_table
+    from recbole_ext.repro.plan import QUICK_LABEL, device_label, hardware_label, plan_table
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect
     from recbole_ext.repro.tables import load_table
@@ -129,7 +129,8 @@ def command_reproduce(args) -> int:
         return 0
     progress = execute_cells(cells, args.parallel, args.address)
     lines = collect(table, cells)
-    info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, device=device, date=time.strftime("%Y-%m-%d %H:%M"),
+    info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, device=hardware_label(),
+                   date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)
     for path in write_reports(table, lines, info, out):
         print(f"wrote {path}")
