@@ -42,10 +42,13 @@ QUERY_PHASES, KEY_PHASES = "euler_query_phases", "euler_key_phases"
 def split_pairs(x: torch.Tensor, pairing: Pairing) -> tuple[torch.Tensor, torch.Tensor]:
     """The real and imaginary parts of the last dimension's complex pairs: (2t, 2t+1) for
     ``interleaved`` (the authors' code, GPT-J RoPE), (t, t + n/2) for ``half`` (the paper's Eq. 3)."""
+    # One copy into two contiguous halves: elementwise kernels (atan2 above all, ~14x) are far
+    # slower on strided views, and per-head queries are strided anyway.
     if pairing == "interleaved":
-        return x[..., 0::2], x[..., 1::2]
-    half = x.size(-1) // 2
-    return x[..., :half], x[..., half:]
+        parts = x.unflatten(-1, (-1, 2)).movedim(-1, 0).contiguous()
+    else:
+        parts = x.unflatten(-1, (2, -1)).movedim(-2, 0).contiguous()
+    return parts[0], parts[1]
 
 
 def merge_pairs(real: torch.Tensor, imaginary: torch.Tensor, pairing: Pairing) -> torch.Tensor:
@@ -62,21 +65,26 @@ def rotate_pairs(x: torch.Tensor, angle: torch.Tensor, pairing: Pairing) -> torc
     return merge_pairs(real * cos - imaginary * sin, real * sin + imaginary * cos, pairing)
 
 
-def euler_transform(x: torch.Tensor, pairing: Pairing) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 3: x ∈ R^n → modulus λ = √(r² + s²) and phase θ = atan2(s, r), each [..., n/2].
+def _degenerate(real: torch.Tensor, imaginary: torch.Tensor) -> torch.Tensor:
+    """Pairs at (0, 0), or so close that r² + s² underflows: there atan2' and √' are 0/0."""
+    with torch.no_grad():
+        return real * real + imaginary * imaginary <= torch.finfo(real.dtype).tiny
 
-    At a pair that is exactly (0, 0) both derivatives are 0/0; the pair is evaluated at (1, 0) and
-    masked out ("double where"), so its modulus and phase are 0 with zero, finite gradients, and every
-    other pair is computed without any epsilon (RoPE equivalence stays exact).
-    """
+
+def pair_phases(x: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+    """θ = atan2(s, r) of each pair (Eq. 3), [..., n/2]. A degenerate pair is read as (1, s): its
+    phase is ≈ 0 with a finite gradient, and every other pair is computed without any epsilon."""
     real, imaginary = split_pairs(x, pairing)
-    degenerate = real * real + imaginary * imaginary <= torch.finfo(x.dtype).tiny
-    real = torch.where(degenerate, torch.ones_like(real), real)
-    imaginary = torch.where(degenerate, torch.zeros_like(imaginary), imaginary)
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    modulus = torch.where(degenerate, zero, torch.sqrt(real * real + imaginary * imaginary))
-    phase = torch.where(degenerate, zero, torch.atan2(imaginary, real))
-    return modulus, phase
+    return torch.atan2(imaginary, real + _degenerate(real, imaginary))
+
+
+def euler_transform(x: torch.Tensor, pairing: Pairing) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 3: x ∈ R^n → modulus λ = √(r² + s²) and phase θ = atan2(s, r), each [..., n/2]; at a
+    degenerate pair λ = 0 and θ ≈ 0, with finite gradients."""
+    real, imaginary = split_pairs(x, pairing)
+    degenerate = _degenerate(real, imaginary)
+    modulus = torch.where(degenerate, 0.0, torch.sqrt(real * real + imaginary * imaginary + degenerate))
+    return modulus, torch.atan2(imaginary, real + degenerate)
 
 
 def inverse_euler_transform(modulus: torch.Tensor, phase: torch.Tensor, pairing: Pairing) -> torch.Tensor:
@@ -152,6 +160,18 @@ class EulerAttention(SoftmaxAttention):
             # fixed, never trained, rebuilt on load (the code keeps α in a Parameter it only reads via .data)
             self.register_buffer("frequencies", frequencies, persistent=False)
 
+    def reset_part_parameters(self) -> None:
+        """δ = init_factor, b = 0, g = its table, also after a backbone's blanket re-init (CORE's uniform
+        one; the authors' CORE re-draws b, w and even the fixed α there: specs/eulerformer.md §6.6)."""
+        with torch.no_grad():
+            if self.options.adaptation:
+                self.delta.fill_(self.options.init_factor)
+                if self.options.euler_bias:
+                    self.phase_bias.zero_()
+            if self.options.learnable_frequencies:
+                self.frequencies.copy_(rotary_frequencies(self.dims.hidden_size, self.dims.n_heads,
+                                                          self.options.frequencies, self.options.base))
+
     def _per_head(self, parameter: torch.Tensor) -> torch.Tensor:
         """A scalar or a [d/2] vector, broadcastable to [B, H, L, d_head/2] (pair t of the hidden vector
         is pair t mod d_head/2 of head t div d_head/2)."""
@@ -159,21 +179,24 @@ class EulerAttention(SoftmaxAttention):
 
     def rotate(self, x: torch.Tensor, angles: torch.Tensor | None, is_query: bool,
                context: AttentionContext) -> torch.Tensor:
-        """Eq. 7-8, 11-12 on per-head [B, H, L, d_head] queries or keys."""
+        """Eq. 7-8, 11-12 on per-head [B, H, L, d_head] queries or keys, as a turn of every pair:
+        λ e^{i(δθ + b + α)} = (r + is)·e^{i((δ − 1)θ + b + α)}. No modulus is needed, and without
+        adaptation (δ ≡ 1, b ≡ 0) no phase either: then it is RoPE's rotation by α."""
+        name = QUERY_PHASES if is_query else KEY_PHASES
+        wanted = name in context.wants
         dtype = x.dtype
         if x.element_size() < 4:  # phases in fp32 also under bf16/fp16 autocast (δθ amplifies rounding)
             x = x.float()
-        modulus, phase = euler_transform(x, self.options.pairing)
+        phase = pair_phases(x, self.options.pairing) if self.options.adaptation or wanted else None
+        turn = angles
         if self.options.adaptation:
-            phase = self._per_head(self.delta) * phase
+            adapted = (self._per_head(self.delta) - 1.0) * phase
             if is_query and self.options.euler_bias:
-                phase = phase + self._per_head(self.phase_bias)  # Eq. 11: the bias is on the query only
-        if angles is not None:
-            phase = phase + angles
-        name = QUERY_PHASES if is_query else KEY_PHASES
-        if name in context.wants:
-            context.record(name, merge_heads(wrap_phase(phase)))
-        return inverse_euler_transform(modulus, phase, self.options.pairing).to(dtype)
+                adapted = adapted + self._per_head(self.phase_bias)  # Eq. 11: the bias is on the query only
+            turn = adapted if turn is None else adapted + turn
+        if wanted:
+            context.record(name, merge_heads(wrap_phase(phase if turn is None else phase + turn)))
+        return x.to(dtype) if turn is None else rotate_pairs(x, turn, self.options.pairing).to(dtype)
 
     def project(self, hidden: torch.Tensor, context: AttentionContext):
         query, key, value = super().project(hidden, context)

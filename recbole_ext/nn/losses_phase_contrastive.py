@@ -57,29 +57,32 @@ class PhaseContrastiveLoss(AuxLoss):
         self.phase_weights = nn.Parameter(torch.ones(layers, model.dims.hidden_size // 2))  # w, one per layer
         self.augment = Dropout(options.augmentation_dropout, model.dims.dropout_impl)
 
+    def reset_part_parameters(self) -> None:
+        with torch.no_grad():
+            self.phase_weights.fill_(1.0)
+
     def contrast(self, phases: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """One term of Eq. 14 for phases [B, L, P]."""
+        """Eq. 14 for each of T stacked phase tensors [T, B, L, P] (weights [T, 1, 1, P]) → [T]."""
         augmented = self.augment(phases)
-        # S[j, j'] = Σ_t w_t cos(θ_{j,t} − θ̄_{j',t}), by cos(a − b) = cos a cos b + sin a sin b
-        similarity = ((phases.cos() * weight) @ augmented.cos().transpose(1, 2)
-                      + (phases.sin() * weight) @ augmented.sin().transpose(1, 2))
-        logits = similarity / self.options.temperature
-        positive = logits.diagonal(dim1=1, dim2=2)
+        # S[j, j'] = Σ_t w_t cos(θ_{j,t} − θ̄_{j',t}) = [w cos θ ; w sin θ]_j · [cos θ̄ ; sin θ̄]_{j'}
+        anchors = torch.cat((phases.cos() * weight, phases.sin() * weight), dim=-1)
+        views = torch.cat((augmented.cos(), augmented.sin()), dim=-1)
+        logits = anchors @ views.transpose(-1, -2) / self.options.temperature
+        positive = logits.diagonal(dim1=-2, dim2=-1)
         if self.options.stable:
             per_position = torch.logsumexp(logits, dim=-1) - positive
         else:  # −log(e^{S_jj/τ} / (Σ e^{S_jj'/τ} + 1e-5)), as the code writes it
             per_position = torch.log(logits.exp().sum(-1) + 1e-5) - positive
         if self.options.reduction == "sum":
-            return per_position.sum(-1).mean()
-        return per_position.mean()
+            return per_position.sum(-1).mean(-1)
+        return per_position.mean((-2, -1))
 
     def forward(self, model, interaction, output) -> torch.Tensor:
         queries, keys = output.records.get(QUERY_PHASES), output.records.get(KEY_PHASES)
         if not queries or not keys:
             raise RuntimeError("phase_contrastive: the encoder pass recorded no Euler phases (is attention 'euler'?)")
-        # A backbone with several Euler encoders (FDSA) records one entry per layer of each, in call order.
-        total = torch.zeros((), device=queries[0].device)
-        for index, (query, key) in enumerate(zip(queries, keys)):
-            weight = self.phase_weights[index % len(self.phase_weights)]
-            total = total + self.contrast(query, weight) + self.contrast(key, weight)
-        return total
+        # One batched product for all terms: every layer's queries, then its keys. A backbone with
+        # several Euler encoders (FDSA) records one entry per layer of each, in call order.
+        layer = torch.arange(len(queries), device=self.phase_weights.device) % len(self.phase_weights)
+        weights = self.phase_weights[layer.repeat(2)][:, None, None, :]
+        return self.contrast(torch.stack(queries + keys), weights).sum()

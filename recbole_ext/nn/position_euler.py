@@ -36,6 +36,10 @@ class EulerRotaryInput(LearnedAbsolutePosition):
         # this part leaves every other parameter's initial value unchanged.
         self.rotary_embedding = nn.Parameter(torch.zeros(dims.max_seq_length, dims.hidden_size // 2))
 
+    def reset_part_parameters(self) -> None:
+        with torch.no_grad():
+            self.rotary_embedding.zero_()
+
     def embed_input(self, item_embedding: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         summed = super().embed_input(item_embedding, context)
         return rotate_pairs(summed, self.rotary_embedding[: summed.size(1)], self.options.pairing)

@@ -176,6 +176,11 @@ class XLNetRelativePosition(RelativePosition):
         self.content_bias = nn.Parameter(torch.zeros(dims.n_heads, dims.head_size))   # u
         self.position_bias = nn.Parameter(torch.zeros(dims.n_heads, dims.head_size))  # v
 
+    def reset_part_parameters(self) -> None:
+        with torch.no_grad():
+            self.content_bias.zero_()
+            self.position_bias.zero_()
+
     def logit_bias(self, query: torch.Tensor, key: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         length = query.size(2)
         span = torch.arange(length - 1, -length, -1, device=query.device)  # i − j from L−1 down to −(L−1)

@@ -317,7 +317,7 @@ def test_phase_contrastive_loss_matches_the_code_form():
     phases = [torch.rand(2, 5, 8, dtype=torch.float64) * 6 - 3 for _ in range(4)]
     masks = [(torch.rand(2, 5, 8) < 0.5).double() for _ in range(4)]
     records = {QUERY_PHASES: phases[:2], KEY_PHASES: phases[2:]}
-    loss.augment = FixedMasks(masks[0], masks[2], masks[1], masks[3])  # calls: layer 0 q, k; layer 1 q, k
+    loss.augment = FixedMasks(torch.stack(masks))  # one call on all terms: the queries' layers, then the keys'
     value = loss(None, None, Records(records)).item()
     w = loss.phase_weights.detach()
     expected = sum(reference_term(phases[i + s], phases[i + s] * masks[i + s] * 2, w[i], 0.7)
@@ -338,7 +338,7 @@ def test_phase_contrastive_positive_ignores_the_mask_and_variants_relate():
     assert all(torch.allclose(p, (weight * phases.cos()).sum(-1)) for p in positives)
     summed, stable = pcl({"reduction": "sum"}).train(), pcl({"stable": True}).train()
     for part in (loss, summed, stable):
-        part.augment = FixedMasks(*[torch.full((1, 4, 8), 0.5, dtype=torch.float64)] * 2)  # θ̄ = θ
+        part.augment = FixedMasks(torch.full((1, 4, 8), 0.5, dtype=torch.float64))  # θ̄ = θ
     records = Records({QUERY_PHASES: [phases], KEY_PHASES: [phases]})
     mean_value = loss(None, None, records)
     assert torch.allclose(summed(None, None, records), 4 * mean_value)
