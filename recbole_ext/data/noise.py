@@ -32,14 +32,18 @@ NoiseMode = Literal["insert", "replace"]
 
 
 def inject_noise(frame: pd.DataFrame, ratio: float, *, user: str, item: str, time: str,
-                 mode: NoiseMode = "insert", holdout: int = 2, seed: int = 0) -> pd.DataFrame:
-    """A copy of the interaction table ``frame`` with noisy training parts; rows ordered by (user, time)."""
+                 mode: NoiseMode = "insert", holdout: int = 2, seed: int = 0,
+                 mark: str | None = None) -> pd.DataFrame:
+    """A copy of the interaction table ``frame`` with noisy training parts; rows ordered by (user, time).
+    ``mark``: name of a boolean column to add, true on injected/replaced rows (for analysis and tests)."""
     if not 0.0 <= ratio <= 1.0:
         raise ValueError(f"ratio must be in [0, 1], got {ratio}")
     if mode not in ("insert", "replace"):
         raise ValueError(f"mode must be 'insert' or 'replace', got {mode!r}")
     rng = np.random.default_rng(seed)
     ordered = frame.sort_values([user, time], kind="stable").reset_index(drop=True)
+    if mark is not None:
+        ordered[mark] = False
     all_items = ordered[item].unique()
     pieces = []
     for _, history in ordered.groupby(user, sort=False):
@@ -54,19 +58,25 @@ def inject_noise(frame: pd.DataFrame, ratio: float, *, user: str, item: str, tim
         train, rest = history.iloc[:train_count], history.iloc[train_count:]
         if mode == "replace":
             noisy = train.copy()
-            noisy.iloc[rng.choice(train_count, size=count, replace=False), noisy.columns.get_loc(item)] = noise_items
+            chosen = rng.choice(train_count, size=count, replace=False)
+            noisy.iloc[chosen, noisy.columns.get_loc(item)] = noise_items
+            if mark is not None:
+                noisy.iloc[chosen, noisy.columns.get_loc(mark)] = True
         else:
-            noisy = _insert(train, noise_items, rng.integers(train_count + 1, size=count), item, time)
+            noisy = _insert(train, noise_items, rng.integers(train_count + 1, size=count), item, time, mark)
         pieces.append(pd.concat([noisy, rest]))
     return pd.concat(pieces, ignore_index=True)
 
 
-def _insert(train: pd.DataFrame, noise_items: np.ndarray, gaps: np.ndarray, item: str, time: str) -> pd.DataFrame:
+def _insert(train: pd.DataFrame, noise_items: np.ndarray, gaps: np.ndarray, item: str, time: str,
+            mark: str | None) -> pd.DataFrame:
     """Put noise item k after ``gaps[k]`` real items (0 = before the first)."""
     times = train[time].to_numpy(dtype=np.float64)
     source = np.maximum(gaps - 1, 0)  # the real row an injected one copies its other columns from
     rows = train.iloc[source].copy()
     rows[item] = noise_items
+    if mark is not None:
+        rows[mark] = True
     after = np.minimum(gaps, len(train) - 1)
     rows[time] = np.where(gaps == 0, times[0], (times[source] + times[after]) / 2.0)
     # Order: real row g−1, then the noise rows with gap g, then real row g.
