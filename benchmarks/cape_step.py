@@ -1,0 +1,138 @@
+"""Training-step cost of CAPE/CoPE against learned absolute positions (SeqTransformer, ml-100k).
+
+    python benchmarks/cape_step.py [--rounds 3] [--steps 8] [--warmup 2] [--batch 2048] [--length 50]
+                                   [--hidden 64 --heads 2 --layers 2] [--positions learned,rope,cope,cape16,cape32,cape64]
+                                   [--bf16] [--threads N] [--quick]
+
+Everything but the position part is ``benchmarks/train_step.py``'s ``ours-fp32`` setup (its data,
+config, pre-fetched batches and timing loop are reused, not copied): SASRec backbone, softmax
+attention, CE over all items, Adam. Each position runs in a fresh subprocess, positions alternate
+within a round. Printed: median seconds per step (forward + backward + Adam), the ratio to
+``learned`` measured in the same round (median and range over rounds), and the parameter count.
+The paper's Table 3 size is ``--hidden 512 --heads 8`` (d_head 64). Results go to
+``benchmarks/results/cape_step.json``. ``--quick`` is a seconds-long smoke run, not a measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import train_step  # noqa: E402  (the shared setup and timing loop)
+
+POSITIONS = {
+    "learned": "learned_absolute",
+    "none": "none",
+    "rope": "rope",
+    "cope": "cope",
+    "cape16": {"type": "cape", "pos_dim": 16},
+    "cape32": {"type": "cape", "pos_dim": 32},
+    "cape64": {"type": "cape", "pos_dim": 64},
+    "cape64-official": {"type": "cape", "pos_dim": 64, "gate_mask": "official"},
+}
+BASELINE = "learned"
+RESULTS = Path(__file__).parent / "results" / "cape_step.json"
+
+
+def setup_with_position(position_name: str, args, built: dict):
+    """``train_step.recbole_setup`` for ``ours-fp32``, then the model rebuilt with another position part
+    and size (its parameter count goes to ``built``)."""
+    original = train_step.recbole_setup
+
+    def setup(variant, setup_args):
+        from recbole.utils import init_seed
+
+        from recbole_ext.models import SeqTransformer
+
+        config, train_data, _ = original(variant, setup_args)
+        config["position"] = POSITIONS[position_name]
+        config["hidden_size"], config["n_heads"], config["n_layers"] = args.hidden, args.heads, args.layers
+        config["inner_size"] = args.inner or 4 * args.hidden
+        init_seed(config["seed"], config["reproducibility"])
+        model = SeqTransformer(config, train_data._dataset)
+        built["parameters"] = sum(p.numel() for p in model.parameters())
+        return config, train_data, model
+
+    return setup
+
+
+def worker(position_name: str, args) -> dict:
+    built: dict = {}
+    train_step.recbole_setup = setup_with_position(position_name, args, built)
+    result = train_step.worker("ours-bf16" if args.bf16 else "ours-fp32", args)
+    return {**result, **built, "position": position_name}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--inner", type=int, default=0, help="feed-forward width (default 4 x hidden)")
+    parser.add_argument("--positions", default="learned,rope,cope,cape16,cape32,cape64")
+    parser.add_argument("--bf16", action="store_true", help="time under bfloat16 autocast")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, small batch")
+    parser.add_argument("--json", default=str(RESULTS))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.steps, args.warmup, args.batch, args.length = 1, 2, 1, 256, 20
+
+    if args.worker:
+        print(json.dumps(worker(args.worker, args)))
+        return
+
+    positions = args.positions.split(",")
+    unknown = [p for p in positions if p not in POSITIONS]
+    if unknown:
+        parser.error(f"unknown position(s) {', '.join(unknown)}; known: {', '.join(POSITIONS)}")
+    if BASELINE not in positions:
+        positions.insert(0, BASELINE)
+    forwarded = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
+                 "--length", str(args.length), "--hidden", str(args.hidden), "--heads", str(args.heads),
+                 "--layers", str(args.layers), "--inner", str(args.inner), "--threads", str(args.threads)]
+    forwarded += ["--bf16"] if args.bf16 else []
+    rounds: list[dict] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.rounds):
+            results = {}
+            for name in positions:
+                command = [sys.executable, __file__, "--worker", name, "--scratch", scratch, *forwarded]
+                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                results[name] = json.loads(output.strip().splitlines()[-1])
+            rounds.append(results)
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+          f"{rounds[0][positions[0]]['threads']}; SASRec d={args.hidden}, {args.heads} heads, {args.layers} layers, "
+          f"batch {args.batch}, length {args.length}, {'bf16' if args.bf16 else 'fp32'}; {args.rounds} rounds of "
+          f"{args.steps} timed steps after {args.warmup} warm-up; medians over rounds, ratio range in brackets")
+    print(f"{'position':<16} {'s/step':>8} {'vs learned':>22} {'parameters':>12}")
+    summary = {}
+    for name in positions:
+        seconds = statistics.median(r[name]["median_s_per_step"] for r in rounds)
+        ratios = [r[name]["median_s_per_step"] / r[BASELINE]["median_s_per_step"] for r in rounds]
+        summary[name] = {"s_per_step": seconds, "ratio_to_learned": statistics.median(ratios),
+                         "ratio_range": [min(ratios), max(ratios)], "parameters": rounds[0][name]["parameters"]}
+        print(f"{name:<16} {seconds:>8.3f} {statistics.median(ratios):>11.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] "
+              f"{rounds[0][name]['parameters']:>12,}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "rounds": rounds}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
