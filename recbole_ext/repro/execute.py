@@ -85,7 +85,7 @@ def execute_cells(cells: list[Cell], parallel: int = 0, address: str | None = No
     if not todo:
         return progress
     if parallel or address:
-        outcomes = _execute_with_ray(todo, parallel, address)
+        outcomes = _execute_with_ray(todo, parallel, address, log)
     else:
         outcomes = _execute_serially(todo, log)
     for spec, error in outcomes:
@@ -107,7 +107,7 @@ def _execute_serially(todo: list[RunSpec], log: Callable[[str], None]):
             yield spec, str(error)
 
 
-def _execute_with_ray(todo: list[RunSpec], parallel: int, address: str | None):
+def _execute_with_ray(todo: list[RunSpec], parallel: int, address: str | None, log: Callable[[str], None]):
     try:
         import ray
     except ImportError:
@@ -133,4 +133,7 @@ def _execute_with_ray(todo: list[RunSpec], parallel: int, address: str | None):
     remaining = list(futures)
     while remaining:
         done, remaining = ray.wait(remaining, num_returns=1)
-        yield futures[done[0]], ray.get(done[0])
+        spec = futures[done[0]]
+        log(f"[{len(todo) - len(remaining)}/{len(todo)}] {spec.values.get('model')} on "
+            f"{Path(spec.config_file).stem}, seed {spec.seed}: done")
+        yield spec, ray.get(done[0])

@@ -29,9 +29,9 @@ EFFICIENCY = {"epochs": 3, "stopping_step": 100, "eval_step": 1}
 # Keys that change where a run is written or how it logs, not what it computes: not in the cache key.
 NOT_HASHED = {"output_dir", "run_name", "checkpoint_dir", "show_progress", "state", "num_threads", "gpu_id",
               "use_gpu", "data_path", "log_wandb", "wandb_project", "save_dataset", "save_dataloaders",
-              "dataset_save_path", "dataloaders_save_path", "eval_batch_size", "worker"}
+              "dataset_save_path", "dataloaders_save_path", "worker"}
 CACHE_VERSION = 1
-STATISTICS_DATA_PATH = "dataset_atomic"  # where `recbole-ext data convert` writes (the presets' data_path)
+STATISTICS_DATA_PATH = "dataset_atomic"  # default of `recbole-ext data convert` (used when a column has no config)
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Cell:
     reason: str = ""
     runs: list[RunSpec] = field(default_factory=list)
     data_label: str = ""           # the dataset actually used, when --use-data replaced the column's
+    data_path: str = ""            # statistics cells: where the preset's atomic files are
 
 
 def _interval_lower(value: Any) -> str:
@@ -175,11 +176,14 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         if not column.preset:
             return Cell(row, column, "missing-data", column.missing)
         from recbole_ext.data.stats import locate_inter
+        data_path = STATISTICS_DATA_PATH
+        if column.config:
+            data_path = load_config_chain(find_config_file(column.config)).values.get("data_path") or data_path
         try:
-            locate_inter(column.preset, STATISTICS_DATA_PATH)
+            locate_inter(column.preset, data_path)
         except DataFormatError as error:
             return Cell(row, column, "missing-data", f"{error} (recbole-ext data convert --preset {column.preset} ...)")
-        return Cell(row, column, "statistics")
+        return Cell(row, column, "statistics", data_path=data_path)
     if row.pending:
         return Cell(row, column, "pending", f"model not available yet: {row.pending}", data_label=data_label)
     if not config_name:
@@ -221,7 +225,7 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         values.update(output_dir=str(Path(runs_dir).resolve()), run_name=key)
         if resolved.values.get("data_path"):
             values["data_path"] = os.path.abspath(resolved.values["data_path"])
-        runs.append(RunSpec(key, str(config_file), values, seed))
+        runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed))
     return Cell(row, column, "runnable", runs=runs, data_label=data_label)
 
 

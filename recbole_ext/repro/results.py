@@ -116,7 +116,7 @@ def collect(table: Table, cells: list[Cell], data_path: str = STATISTICS_DATA_PA
         per_run: list[dict[str, float]] = []
         status, reason = cell.state, cell.reason
         if cell.state == "statistics":
-            stats, reason = dataset_statistics(cell.column.preset, data_path)
+            stats, reason = dataset_statistics(cell.column.preset, cell.data_path or data_path)
             status = "done" if stats is not None else "error"
             per_run = [stats] if stats is not None else []
         elif cell.state == "runnable":
