@@ -76,6 +76,8 @@ class LinearAttentionOptions:
     def validate(self):
         if self.chunk_size is not None and self.chunk_size < 1:
             return f"chunk_size must be >= 1, got {self.chunk_size}"
+        if getattr(self, "eps", 0.0) < 0:  # the subclasses' epsilon, where they have one
+            return f"eps must be >= 0, got {self.eps}"
         return None
 
 
@@ -154,11 +156,6 @@ class LinRecAttention(KernelAttention):
         # Norms are clamped to >= eps; 0 is the authors' bare division (NaN on an all-zero row).
         eps: float = 1.0e-12
 
-        def validate(self):
-            if self.eps < 0:
-                return f"eps must be >= 0, got {self.eps}"
-            return LinearAttentionOptions.validate(self)
-
     def feature_maps(self, query, key, valid, causal):
         options = self.options
         if options.elu:  # Eq. (8), applied before the normalisation
@@ -185,11 +182,6 @@ class LinearTransformerAttention(KernelAttention):
     @dataclass(frozen=True)
     class Options(LinearAttentionOptions):
         eps: float = 1.0e-6  # added to the row normaliser, as in the reference implementation
-
-        def validate(self):
-            if self.eps < 0:
-                return f"eps must be >= 0, got {self.eps}"
-            return LinearAttentionOptions.validate(self)
 
     def __init__(self, options, dims: TransformerDims, layer_index: int):
         super().__init__(options, dims, layer_index)
