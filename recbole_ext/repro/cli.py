@@ -129,7 +129,7 @@ def command_reproduce(args) -> int:
         return 0
     progress = execute_cells(cells, args.parallel, args.address)
     lines = collect(table, cells)
-    info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, device=hardware_label(),
+    info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)
     for path in write_reports(table, lines, info, out):

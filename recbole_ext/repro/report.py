@@ -24,7 +24,7 @@ class RunInfo:
     command: str
     budget: str
     seeds: int
-    device: str
+    hardware: str
     date: str
     wall_time_s: float
     ran: int = 0
@@ -84,7 +84,7 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     if table.training:
         out.write(f"- paper budget: {', '.join(f'{k}={v}' for k, v in table.training.items())}\n")
     out.write(f"- command: `{info.command}`\n")
-    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; hardware: {info.device}; date: {info.date}; "
+    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; hardware: {info.hardware}; date: {info.date}; "
               f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
               f"{info.failed} failed)\n")
     if table.scale != 1:
