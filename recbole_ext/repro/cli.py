@@ -30,7 +30,8 @@ def add_reproduce_command(commands) -> None:
                              "labelled as substituted data in every output")
     parser.add_argument("--parallel", type=int, default=0, metavar="N", help="run N cells at once through local Ray")
     parser.add_argument("--address", help="run cells on this Ray cluster (ray://host:port or auto)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"outputs and the run cache (default: {DEFAULT_OUT})")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"where <table>.md/.csv/.png go (default: {DEFAULT_OUT})")
+    parser.add_argument("--cache", help="run cache: one run directory per config hash (default: OUT/runs)")
     parser.add_argument("--dry-run", action="store_true", help="plan and print, train nothing")
     parser.set_defaults(handler=command_reproduce)
 
@@ -64,6 +65,10 @@ def print_skips(cells, stream=sys.stdout) -> None:
         print(f"skip ({state}, {cells_text}): {reason}", file=stream)
 
 
+def cache_dir(args) -> Path:
+    return Path(args.cache) if args.cache else Path(args.out) / "runs"
+
+
 def command_text(args) -> str:
     """The command line that reproduces this run (for the report header)."""
     parts = ["recbole-ext", "reproduce", args.table]
@@ -79,6 +84,8 @@ def command_text(args) -> str:
         parts += ["--address", args.address]
     if args.out != DEFAULT_OUT:
         parts += ["--out", args.out]
+    if args.cache:
+        parts += ["--cache", args.cache]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -86,7 +93,7 @@ def command_list(args) -> int:
     from recbole_ext.repro.plan import plan_table
     from recbole_ext.repro.tables import all_tables, load_table
 
-    runs_dir = Path(args.out) / "runs"
+    runs_dir = cache_dir(args)
     if args.table:
         table = load_table(args.table)
         cells = plan_table(table, runs_dir, args.datasets, args.models, 1, args.budget, _use_data(args.use_data))
@@ -119,7 +126,7 @@ def command_reproduce(args) -> int:
     table = load_table(args.table)
     out = Path(args.out)
     device = device_label()
-    cells = plan_table(table, out / "runs", args.datasets, args.models, args.seeds, args.budget,
+    cells = plan_table(table, cache_dir(args), args.datasets, args.models, args.seeds, args.budget,
                        _use_data(args.use_data), device)
     if args.budget == "quick":
         print(f"note: {QUICK_LABEL}")
