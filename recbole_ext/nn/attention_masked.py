@@ -54,6 +54,17 @@ def inference_mask(logits: torch.Tensor, rule: MaskInference, threshold: float) 
     return kept.to(logits.dtype) if rule == "hard" else keep_probability * kept
 
 
+def pruned_fraction(logits: torch.Tensor, threshold: float, causal: bool) -> float:
+    """Share of used gates (v ≤ u when causal) that inference zeroes; logits [heads, n, n]. For
+    ``align: right`` the lower triangle is exactly the gates some query can use."""
+    zero = torch.sigmoid(logits) <= threshold
+    n = zero.size(-1)
+    used = torch.ones(n, n, dtype=torch.bool, device=zero.device)
+    if causal:
+        used = used.tril()
+    return float(zero[:, used].float().mean())
+
+
 def antithetic_masks(noise: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """ARM's pair for one draw of U (Yin & Zhou 2019; paper Eq. 10): Z₁ = 𝟙[U > σ(−Φ)], Z₂ = 𝟙[U < σ(Φ)]."""
     return noise > torch.sigmoid(-logits), noise < torch.sigmoid(logits)
@@ -129,8 +140,9 @@ class LearnedMaskAttention(AttentionPart):
         real = context.key_padding.sum(1)
         index = (torch.arange(length, device=mask.device)[None] + (n - real)[:, None]).clamp(max=n - 1)
         batch, heads = index.size(0), mask.size(1)
-        rows = mask.expand(batch, -1, -1, -1).gather(2, index[:, None, :, None].expand(batch, heads, length, n))
-        return rows.gather(3, index[:, None, None, :].expand(batch, heads, length, length))
+        rows = torch.arange(batch, device=mask.device) if mask.size(0) == batch else index.new_zeros(batch)
+        head = torch.arange(heads, device=mask.device)
+        return mask[rows[:, None, None, None], head[None, :, None, None], index[:, None, :, None], index[:, None, None, :]]
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         outer = context.probability_gate
@@ -143,13 +155,7 @@ class LearnedMaskAttention(AttentionPart):
             context.probability_gate = outer
 
     def pruned_fraction(self, causal: bool) -> float:
-        """Share of the inference mask's used gates (v ≤ u when causal, left-padded coordinates) that are 0."""
-        zero = inference_mask(self.mask_logits.detach(), "hard", self.options.threshold) == 0
-        n = zero.size(-1)
-        used = torch.ones(n, n, dtype=torch.bool, device=zero.device)
-        if causal:
-            used = used.tril()
-        return float(zero[:, used].float().mean())
+        return pruned_fraction(self.mask_logits.detach(), self.options.threshold, causal)
 
 
 def mask_parts(model: nn.Module) -> list[LearnedMaskAttention]:

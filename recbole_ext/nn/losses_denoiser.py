@@ -131,6 +131,9 @@ class JacobianPenalty(AuxLoss):
     class Options:
         projections: int = 1  # η draws per block and step
         half: bool = False    # multiply by ½ (Hoffman et al.'s convention); the paper has no ½
+        # all: Σ over every block (paper); sample: one block drawn uniformly per step, times the
+        # number of blocks (an unbiased estimate of the same sum at 1/L of the cost)
+        blocks: Literal["all", "sample"] = "all"
 
         def validate(self):
             if self.projections < 1:
@@ -155,5 +158,10 @@ class JacobianPenalty(AuxLoss):
         if not pairs:
             return output.hidden.new_zeros(())
         valid = output.context.key_padding
-        total = sum(hutchinson_frobenius(y, x, valid, self.options.projections) for x, y in pairs)
+        if self.options.blocks == "sample":
+            scale = len(pairs)
+            pairs = [pairs[int(torch.randint(len(pairs), ()))]]
+        else:
+            scale = 1
+        total = scale * sum(hutchinson_frobenius(y, x, valid, self.options.projections) for x, y in pairs)
         return 0.5 * total if self.options.half else total

@@ -311,3 +311,16 @@ def test_personalised_intervals_follow_tisasrec_code():
         for i, j in itertools.product(range(len(times)), repeat=2):
             assert intervals[b, i, j] == abs(steps[i] - steps[j])
         assert intervals[b, len(times):].eq(0).all() and intervals[b, :, len(times):].eq(0).all()
+
+
+def test_sampled_block_jacobian_penalty_scales_one_block_by_the_block_count():
+    model = ToyModel("plain").train()
+    penalty = JacobianPenalty(JacobianPenalty.Options(blocks="sample"), model).train()
+    torch.manual_seed(9)
+    _, output = model.backbone.training_loss(model, toy_batch())
+    pairs = [(x, y) for _, x, y in penalty._captured]
+    torch.manual_seed(10)
+    value = penalty(model, toy_batch(), output)
+    torch.manual_seed(10)
+    x, y = pairs[int(torch.randint(len(pairs), ()))]
+    assert torch.allclose(value, len(pairs) * hutchinson_frobenius(y, x, output.context.key_padding))
