@@ -44,7 +44,12 @@ VARIANTS = {
     "linrec-none": "attention={type: linrec, norm: code, mask: none}",
     "linrec-padding": "attention={type: linrec, norm: code, mask: padding}",
     "linrec-causal": "attention={type: linrec, norm: code, mask: causal}",
+    # optional (--variants): the paper's normalisation (prefix column norms when causal) and the Table 3 baselines
+    "linrec-paper-causal": "attention={type: linrec, norm: paper, mask: causal}",
+    "linear_transformer-causal": "attention={type: linear_transformer, mask: causal}",
+    "efficient_attention-causal": "attention={type: efficient_attention, mask: causal}",
 }
+DEFAULT_VARIANTS = ("softmax", "linrec-none", "linrec-padding", "linrec-causal")
 N_ITEMS = 3706  # ML-1M items with interactions
 
 
@@ -183,7 +188,8 @@ def summarise(rows: list[dict], variants: list[str], lengths: list[int]) -> dict
 
 def print_table(rows: list[dict], variants: list[str], lengths: list[int], summary: dict) -> None:
     table = {(row["variant"], row["length"]): row for row in rows}
-    print(f"{'N':>6} {'variant':<16} {'s/step':>9} {'peak MB':>10} {'saved MB':>10} {'softmax/this time':>18} "
+    width = max(len(v) for v in variants)
+    print(f"{'N':>6} {'variant':<{width}} {'s/step':>9} {'peak MB':>10} {'saved MB':>10} {'softmax/this time':>18} "
           f"{'this/softmax peak':>18}")
     for n in lengths:
         for variant in variants:
@@ -193,7 +199,7 @@ def print_table(rows: list[dict], variants: list[str], lengths: list[int], summa
                 index = lengths.index(n)
                 ratio_time = f"{1 / summary[variant]['s_per_step']['ratio_to_softmax'][index]:.2f}x"
                 ratio_memory = f"{summary[variant]['peak_bytes']['ratio_to_softmax'][index]:.3f}"
-            print(f"{n:>6} {variant:<16} {row['s_per_step']:>9.4f} {row['peak_bytes'] / 2**20:>10.1f} "
+            print(f"{n:>6} {variant:<{width}} {row['s_per_step']:>9.4f} {row['peak_bytes'] / 2**20:>10.1f} "
                   f"{row['saved_bytes'] / 2**20:>10.1f} {ratio_time:>18} {ratio_memory:>18}")
     for variant, entry in summary.items():
         for metric, label in (("s_per_step", "time"), ("peak_bytes", "peak memory")):
@@ -245,7 +251,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 16, 32, 64, batch 2, 1 step")
     parser.add_argument("--out", default=None, help="output stem (default benchmarks/results/linrec_scaling[_quick])")
     args = parser.parse_args()
