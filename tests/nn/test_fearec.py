@@ -223,3 +223,13 @@ def test_defaults_are_the_papers_settings():
         "scale": None, "global_ratio": 0.8, "topk_factor": 1.0, "spatial_ratio": 0.1, "dual_domain": True,
         "fda": True, "std": True, "sfd": True, "fda_filtered_value": False, "fda_padding_mask": False,
         "fda_train_lags": "shared"}
+
+
+def test_runs_under_bf16_autocast():
+    part = build(50, 0, global_ratio=0.8, topk_factor=2).eval()
+    hidden, item_seq = torch.randn(4, 50, 8), torch.randint(1, 9, (4, 50))
+    with torch.no_grad():
+        exact = part(hidden, context_for(item_seq))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = part(hidden, context_for(item_seq))
+    assert torch.isfinite(low).all() and (low.float() - exact).abs().max() < 0.1 * exact.abs().max()

@@ -1,0 +1,203 @@
+"""FEARec training cost: our FEARecExt against RecBole 1.2.1's FEARec configured as the paper's model.
+
+    python benchmarks/fearec_epoch.py [--quick] [--threads N] [--epoch-batches N] [--startup-samples N]
+                                      [--variants stock,stock-fixed,ours] [--json PATH]
+
+Two measurements, each variant in a fresh subprocess (so process-wide settings cannot leak):
+
+1. **Epoch on Beauty** (``dataset_atomic/fearec-beauty``, the paper's protocol: length 50, batch 256,
+   d 64, L 2, lr 0.001): one pass over RecBole's training loader (forward, backward, Adam), one run.
+   Both models are the paper's: contrast ``us_x`` (τ 1, dot, λ1 0.1), FReg on (``us_x``, 0.1), dual
+   domain, ramp (α 0.8, γ 0.1, m 1). RecBole's own defaults would switch CL, FReg and TDA off.
+2. **Startup on ML-1M** (``dataset_atomic/fearec-ml1m``, ≈0.98M training prefixes): model
+   construction, which for both builds the same-target table (RecBole: one ``np.where`` per
+   training sample, O(n²); ours: one argsort). Dataset loading is the same code for both and not timed.
+
+Variants:
+
+- ``stock``: RecBole's FEARec as a user gets it (importing its models leaves autograd anomaly
+  mode on); only the numpy-2 aliases RecBole needs to start are added.
+- ``stock-fixed``: the same model with ``import recbole_ext`` first (anomaly mode off, allocator
+  tuned): separates FEARec's own costs from that process-wide RecBole bug.
+- ``ours``: ``FEARecExt`` with the same settings (fast dropout, its default).
+- ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``; the epoch only, startup is ``ours``'s).
+
+Printed: startup seconds, seconds per batch (median), epoch seconds, and ratios against ``stock``.
+Results also go to ``benchmarks/results/fearec_epoch.json``. ``--quick`` = smoke mode (5 batches, a
+20k-sample slice for the startup, no results file); its numbers mean nothing. Run with nothing else busy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("stock", "stock-fixed", "ours", "ours-bf16")
+RESULTS = ROOT / "benchmarks" / "results" / "fearec_epoch.json"
+
+# The paper's model in RecBole 1.2.1's FEARec keys (spec §7: what RecBole needs to be the paper's model).
+PAPER_KEYS = {
+    "contrast": "us_x", "tau": 1, "sim": "dot", "lmd": 0.1, "lmd_sem": 0.1, "global_ratio": 0.8,
+    "topk_factor": 1, "dual_domain": True, "std": True, "spatial_ratio": 0.1, "fredom": True, "fredom_type": "us_x",
+}
+PROTOCOL = {
+    "data_path": str(ROOT / "dataset_atomic"), "load_col": {"inter": ["user_id", "item_id", "timestamp"]},
+    "MAX_ITEM_LIST_LENGTH": 50, "train_batch_size": 256, "learning_rate": 0.001, "loss_type": "CE",
+    "train_neg_sample_args": None, "eval_args": {"split": {"LS": "valid_and_test"}, "order": "TO",
+                                                 "group_by": "user", "mode": "full"},
+    "n_layers": 2, "n_heads": 2, "hidden_size": 64, "inner_size": 256, "hidden_dropout_prob": 0.5,
+    "attn_dropout_prob": 0.5, "show_progress": False, "state": "ERROR", "use_gpu": False,
+}
+
+
+def setup(variant: str, dataset_name: str, scratch: str):
+    """RecBole config and training data for one variant (inside the worker process)."""
+    if variant == "stock":
+        import numpy as np
+
+        for name, value in (("float_", np.float64), ("complex_", np.complex128), ("unicode_", np.str_)):
+            if name not in np.__dict__:
+                setattr(np, name, value)
+        from recbole.config import Config as config_class
+        from recbole.model.sequential_recommender.fearec import FEARec as model_class
+    else:
+        import recbole_ext  # noqa: F401  (compat: anomaly mode off, allocator)
+        from recbole_ext.compat import SafeConfig as config_class
+
+        if variant == "stock-fixed":
+            from recbole.model.sequential_recommender.fearec import FEARec as model_class
+        else:
+            from recbole_ext.models.fearec import FEARecExt as model_class
+    from recbole.data import create_dataset, data_preparation
+    from recbole.utils import init_seed
+
+    sys.argv = sys.argv[:1]
+    config = config_class(model=model_class, dataset=dataset_name, config_dict={
+        **PROTOCOL, **PAPER_KEYS, "checkpoint_dir": os.path.join(scratch, variant)})
+    init_seed(config["seed"], config["reproducibility"])
+    train_data, _, _ = data_preparation(config, create_dataset(config))
+    return config, model_class, train_data
+
+
+def worker_startup(variant: str, args) -> dict:
+    config, model_class, train_data = setup(variant.removesuffix("-bf16"), "fearec-ml1m", args.scratch)
+    dataset = train_data._dataset
+    total = len(dataset.inter_feat)
+    if args.startup_samples and args.startup_samples < total:
+        dataset.inter_feat = dataset.inter_feat[: args.startup_samples]
+    started = time.perf_counter()
+    model_class(config, dataset)
+    return {"variant": variant, "startup_s": time.perf_counter() - started, "samples": len(dataset.inter_feat),
+            "all_samples": total}
+
+
+def worker_epoch(variant: str, args) -> dict:
+    import torch
+
+    config, model_class, train_data = setup(variant.removesuffix("-bf16"), "fearec-beauty", args.scratch)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16"))
+    started = time.perf_counter()
+    model = model_class(config, train_data._dataset)
+    startup = time.perf_counter() - started
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["learning_rate"])
+    model.train()
+    times, losses = [], []
+    epoch_started = time.perf_counter()
+    for index, interaction in enumerate(train_data):  # loader time counts: it is part of an epoch
+        if args.epoch_batches and index >= args.epoch_batches:
+            break
+        step_started = time.perf_counter()
+        optimizer.zero_grad()
+        with autocast:
+            loss = model.calculate_loss(interaction)
+            loss = sum(loss) if isinstance(loss, tuple) else loss
+        loss.backward()
+        optimizer.step()
+        times.append(time.perf_counter() - step_started)
+        losses.append(loss.item())
+    return {"variant": variant, "beauty_startup_s": startup, "epoch_s": time.perf_counter() - epoch_started,
+            "batches": len(times), "all_batches": len(train_data), "median_s_per_batch": statistics.median(times),
+            "first_loss": losses[0], "last_loss": losses[-1], "threads": torch.get_num_threads(),
+            "anomaly_mode": torch.is_anomaly_enabled()}
+
+
+def run_worker(task: str, variant: str, args, scratch: str) -> dict:
+    command = [sys.executable, __file__, "--worker", f"{task}:{variant}", "--scratch", scratch,
+               "--threads", str(args.threads), "--epoch-batches", str(args.epoch_batches),
+               "--startup-samples", str(args.startup_samples)]
+    output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    return json.loads(output.strip().splitlines()[-1])  # RecBole's FEARec prints debug lines first
+
+
+def ratio(results: dict, variant: str, key: str) -> str:
+    if "stock" not in results or variant == "stock":
+        return "-"
+    return f"{results['stock'][key] / results[variant][key]:.1f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke mode: 5 batches, 20k-sample startup slice")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    parser.add_argument("--epoch-batches", type=int, default=0, help="stop the epoch after N batches (0: whole epoch)")
+    parser.add_argument("--startup-samples", type=int, default=0,
+                        help="build the ML-1M same-target table from the first N training samples (0: all)")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--tasks", default="startup,epoch")
+    parser.add_argument("--json", default=None, help=f"results file (default: {RESULTS.relative_to(ROOT)}; none in --quick)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.epoch_batches = args.epoch_batches or 5
+        args.startup_samples = args.startup_samples or 20000
+
+    if args.worker:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        task, _, variant = args.worker.partition(":")
+        print(json.dumps((worker_startup if task == "startup" else worker_epoch)(variant, args)))
+        return
+
+    import platform
+    import tempfile
+
+    variants, tasks = args.variants.split(","), args.tasks.split(",")
+    results: dict[str, dict] = {task: {} for task in tasks}
+    with tempfile.TemporaryDirectory() as scratch:
+        for task in tasks:
+            for variant in variants:
+                if not (task == "startup" and variant.endswith("bf16")):  # construction has no autocast
+                    results[task][variant] = run_worker(task, variant, args, scratch)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
+          f"{time.strftime('%Y-%m-%d')}{'; QUICK MODE (smoke only, numbers mean nothing)' if args.quick else ''}")
+    if "startup" in results:
+        print("\nML-1M model construction (same-target table included)")
+        print(f"{'variant':<12} {'samples':>9} {'startup s':>10} {'vs stock':>9}")
+        for variant, row in results["startup"].items():
+            print(f"{variant:<12} {row['samples']:>9} {row['startup_s']:>10.2f} {ratio(results['startup'], variant, 'startup_s'):>9}")
+    if "epoch" in results:
+        print("\nBeauty training epoch (paper's model, batch 256)")
+        print(f"{'variant':<12} {'batches':>9} {'s/batch':>8} {'vs stock':>9} {'epoch s':>9} {'vs stock':>9} {'build s':>8}")
+        for variant, row in results["epoch"].items():
+            print(f"{variant:<12} {row['batches']:>4}/{row['all_batches']:<4} {row['median_s_per_batch']:>8.3f} "
+                  f"{ratio(results['epoch'], variant, 'median_s_per_batch'):>9} {row['epoch_s']:>9.1f} "
+                  f"{ratio(results['epoch'], variant, 'epoch_s'):>9} {row['beauty_startup_s']:>8.2f}")
+    results["meta"] = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                       "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:]}
+    target = args.json or (None if args.quick else RESULTS)
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
