@@ -58,11 +58,36 @@ def merge_pairs(real: torch.Tensor, imaginary: torch.Tensor, pairing: Pairing) -
     return torch.cat((real, imaginary), dim=-1)
 
 
+class _PairTurn(torch.autograd.Function):
+    """(r + is)·e^{iφ} with a backward that reuses the forward's cos φ, sin φ and outputs
+    (autograd's would recompute both and more): ∂/∂φ = r'·g_s − s'·g_r."""
+
+    @staticmethod
+    def forward(ctx, real, imaginary, angle):
+        cos, sin = angle.cos().to(real.dtype), angle.sin().to(real.dtype)
+        turned_real, turned_imaginary = real * cos - imaginary * sin, real * sin + imaginary * cos
+        ctx.angle_shape, ctx.angle_dtype = angle.shape, angle.dtype
+        ctx.save_for_backward(cos, sin, turned_real, turned_imaginary)
+        return turned_real, turned_imaginary
+
+    @staticmethod
+    def backward(ctx, grad_real, grad_imaginary):
+        cos, sin, turned_real, turned_imaginary = ctx.saved_tensors
+        grads = [None, None, None]
+        if ctx.needs_input_grad[0]:
+            grads[0] = grad_real * cos + grad_imaginary * sin
+        if ctx.needs_input_grad[1]:
+            grads[1] = grad_imaginary * cos - grad_real * sin
+        if ctx.needs_input_grad[2]:
+            grad_angle = grad_imaginary * turned_real - grad_real * turned_imaginary
+            grads[2] = grad_angle.sum_to_size(ctx.angle_shape).to(ctx.angle_dtype)
+        return tuple(grads)
+
+
 def rotate_pairs(x: torch.Tensor, angle: torch.Tensor, pairing: Pairing) -> torch.Tensor:
     """Multiply every complex pair by e^{i·angle} (``angle`` broadcasts to the pairs' shape)."""
     real, imaginary = split_pairs(x, pairing)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
-    return merge_pairs(real * cos - imaginary * sin, real * sin + imaginary * cos, pairing)
+    return merge_pairs(*_PairTurn.apply(real, imaginary, angle), pairing)
 
 
 def _degenerate(real: torch.Tensor, imaginary: torch.Tensor) -> torch.Tensor:

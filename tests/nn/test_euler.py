@@ -12,7 +12,7 @@ from recbole_ext.errors import ConfigError
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, TransformerDims, TransformerEncoder
 from recbole_ext.nn import parse_part_spec
 from recbole_ext.nn.attention_softmax import split_heads
-from recbole_ext.nn.attention_euler import KEY_PHASES, QUERY_PHASES, euler_transform, inverse_euler_transform
+from recbole_ext.nn.attention_euler import KEY_PHASES, QUERY_PHASES, euler_transform, inverse_euler_transform, rotate_pairs
 
 DIMS = TransformerDims(hidden_size=16, n_heads=2, inner_size=32, n_layers=2, hidden_dropout_prob=0.0,
                        attn_dropout_prob=0.0, hidden_act="gelu", layer_norm_eps=1e-12, max_seq_length=7)
@@ -358,3 +358,12 @@ def test_phase_contrastive_needs_euler_attention_and_trains_w():
     phases = torch.rand(2, 5, 8, dtype=torch.float64, requires_grad=True)
     loss.train()(None, None, Records({QUERY_PHASES: [phases], KEY_PHASES: [phases]})).backward()
     assert loss.phase_weights.grad[0].abs().sum() > 0 and phases.grad is not None
+
+
+@pytest.mark.parametrize("angle_shape", [(2, 3, 5, 4), (3, 5, 4), (1,)])
+def test_pair_turn_gradients_match_finite_differences(angle_shape):
+    """The rotation's hand-written backward (it reuses the forward's cos/sin), broadcast angles included."""
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, requires_grad=True)
+    angle = torch.randn(angle_shape, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rotate_pairs(a, b, "interleaved"), (x, angle))
+    assert torch.autograd.gradcheck(lambda a, b: rotate_pairs(a, b, "half"), (x, angle))
