@@ -55,7 +55,7 @@ def test_saturated_masks_with_zero_penalties_reproduce_the_backbone_exactly(in_t
 
 
 def test_denoiser_trains_one_epoch_learns_masks_and_evaluates(in_tmp):
-    result = run(TINY_DATA, ["model=Denoiser", "epochs=1", "train_batch_size=1024", "attention.init=0.5",
+    result = run(TINY_DATA, ["model=Denoiser", "epochs=1", "train_batch_size=2048", "attention.init=0.5",
                              *(f"{k}={v}" for k, v in SIZES.items())])
     assert all(math.isfinite(v) for v in result.test_result.values())
     checkpoint = torch.load(next(result.run_dir.glob("*.pth")), weights_only=False)

@@ -14,7 +14,7 @@ from recbole_ext.runner import build, run
 
 from ..conftest import TINY_DATA, tiny_recbole_config
 
-SMALL = ["hidden_size=16", "inner_size=16", "train_batch_size=1024", "epochs=1", "MAX_ITEM_LIST_LENGTH=10"]
+SMALL = ["hidden_size=16", "inner_size=16", "train_batch_size=2048", "epochs=1", "MAX_ITEM_LIST_LENGTH=10"]
 
 
 def test_tisasrec_trains_one_epoch_and_evaluates(in_tmp):
