@@ -46,6 +46,8 @@ def parse_target_position(value, where: str) -> PartSpec:
     spec = parse_part_spec(POSITION, value, where)
     if spec.name not in TARGET_POSITIONS:
         raise ConfigError(f"{where}: target attention takes position {', '.join(TARGET_POSITIONS)}, not {spec.name!r}")
+    if getattr(spec.options, "keep_absolute", False):
+        raise ConfigError(f"{where}: keep_absolute is for self-attention models; target attention takes one position kind")
     return spec
 
 

@@ -98,6 +98,8 @@ def test_target_attention_rejects_other_positions():
         resolve(DIN_CONFIG, TINY_LABELED + ["position=sinusoidal"])
     with pytest.raises(ConfigError, match="gate_mask"):
         resolve(DIN_CONFIG, TINY_LABELED + ["position={type: cape, gate_mask: loose}"])
+    with pytest.raises(ConfigError, match="keep_absolute"):
+        resolve(DIN_CONFIG, TINY_LABELED + ["position={type: cape, keep_absolute: true}"])
 
 
 @pytest.mark.parametrize("model_name", ["DINPos", "DIENPos"])
