@@ -104,7 +104,7 @@ def lag_matrix(lags: torch.Tensor, weights: torch.Tensor, length: int) -> torch.
     ``lags`` [B or 1, k], ``weights`` [B, k]; one batched matmul replaces k rolls, for shared and
     per-sample lags alike.
     """
-    batch, count = weights.shape
+    batch = weights.size(0)
     positions = torch.arange(length, device=weights.device)
     columns = (positions[None, :, None] + lags[:, None, :]) % length  # [B|1, N, k]
     matrix = torch.zeros(batch, length, length, device=weights.device, dtype=weights.dtype)
@@ -122,7 +122,7 @@ class FrequencyHybridAttention(SoftmaxAttention):
     aggregating V rolled by each lag (Eq. 16–17).
     """
 
-    # A fixed-length FFT over the padded window: real positions depend on the amount of padding.
+    # Circular correlation and rolls over the whole padded window: real positions depend on the padding.
     exact_under_trailing_trim = False
 
     @dataclass(frozen=True)
