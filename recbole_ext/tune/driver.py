@@ -52,7 +52,8 @@ def _start_ray(address: str | None, ship_code: bool) -> None:
     if address:
         ray.init(address=address, **common)
     else:
-        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, **common)
+        # "local": a new Ray even where `ray start` left one running (address=None would join that one)
+        ray.init(address="local", num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False, **common)
 
 
 def _scheduler(sweep: Sweep, horizon: int):
