@@ -222,9 +222,13 @@ def _child(container, part: str, key: str):
     return child
 
 
-def apply_overrides(merged: MergedConfig, overrides: list[str]) -> None:
+def apply_overrides(merged: MergedConfig, overrides: list[str], fallback=None) -> None:
     """Apply ``key=value`` strings (``--set``); dotted keys set nested options, and reach into lists
-    by index or by an entry's name/type (``aux_losses.pcl.temperature=5``)."""
+    by index or by an entry's name/type (``aux_losses.pcl.temperature=5``).
+
+    ``fallback(top_key)``: the value a dotted key edits when the files do not set it (the model's
+    defaults), so ``--set aux_losses.mask_l0.weight=0.01`` works on a list only a preset defines.
+    """
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -233,7 +237,10 @@ def apply_overrides(merged: MergedConfig, overrides: list[str]) -> None:
         value = parse_yaml_value(text, f"--set {key}")
         top, *nested = key.split(".")
         if nested:
-            current = copy.deepcopy(merged.values.get(top))
+            current = merged.values.get(top)
+            if current is None and fallback is not None:
+                current = fallback(top)
+            current = copy.deepcopy(current)
             root = container = _as_container({} if current is None else current, top, key)
             for part in nested[:-1]:
                 container = _child(container, part, key)

@@ -63,13 +63,27 @@ def known_keys(model_class: type, info: ModelInfo, dataset: str, model_defaults:
     return keys
 
 
+def _defaults_lookup(user: MergedConfig, overrides: list[str]):
+    """The default values of the model the overrides will select (for dotted ``--set`` keys), or None."""
+    model_name = user.values.get("model")
+    for item in overrides:
+        key, _, text = item.partition("=")
+        if key.strip() == "model":
+            model_name = text.strip()
+    try:
+        model_class, info = resolve_model(model_name) if isinstance(model_name, str) else (None, None)
+    except ConfigError:
+        return None  # reported below, with where the name came from
+    return _model_defaults(model_class, info)[0].get if model_class is not None else None
+
+
 def resolve(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
             values: dict[str, Any] | None = None) -> ResolvedConfig:
     """Load, merge and validate; raises :class:`ConfigError` naming file:line or ``--set`` at fault."""
     user = load_config_chain(config_file) if config_file is not None else MergedConfig()
     if values:
         user.layer(values, lambda key: "config dict")
-    apply_overrides(user, list(overrides))
+    apply_overrides(user, list(overrides), fallback=_defaults_lookup(user, list(overrides)))
     last_file = str(user.files[-1]) if user.files else "config"
 
     for required in ("model", "dataset"):

@@ -186,3 +186,12 @@ def test_set_reaches_into_lists_by_index_or_name(tmp_path):
     for bad, message in [("aux_losses.5.weight=1", "out of range"), ("aux_losses.c.weight=1", "no entry named 'c'")]:
         with pytest.raises(ConfigError, match=message):
             apply_overrides(merged, [bad])
+
+
+def test_dotted_set_edits_a_list_that_only_the_model_defaults_define():
+    defaults = resolve(TINY_DATA, ["model=Denoiser"]).values["aux_losses"]
+    assert len(defaults) > 1
+    label = defaults[-1].get("name", defaults[-1]["type"])
+    resolved = resolve(TINY_DATA, ["model=Denoiser", f"aux_losses.{label}.weight=0.125"])
+    assert resolved.values["aux_losses"][-1]["weight"] == 0.125
+    assert resolved.values["aux_losses"][:-1] == defaults[:-1]
