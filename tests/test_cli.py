@@ -40,6 +40,9 @@ def test_run_prints_validation_and_test_metrics(capsys, in_tmp):
          r"c.yaml:2: dataset 'Beauty' needs .*/dataset/Beauty/Beauty.inter, which does not exist"),
         ({"c.yaml": "model: SeqTransformer\ndataset: Beauty\ndata_path: nowhere/\n"}, ["run", "--config", "c.yaml"],
          r"nowhere/Beauty/Beauty.inter"),
+        ({"c.yaml": "extends: euler_ml1m.yaml\ndata_path: nowhere/\n"}, ["run", "--config", "c.yaml"],
+         r"eulerformer-ml1m.inter, which does not exist; create them with: recbole-ext data convert "
+         r"--preset eulerformer-ml1m --format grouplens"),
         ({"c.yaml": "model: EulerFormr\ndataset: ml-100k\n"}, ["run", "--config", "c.yaml"], r"c.yaml:1: unknown model 'EulerFormr'"),
         ({"c.yaml": "model: SeqTransformer\ndataset: ml-100k\nattention: eulr\n"}, ["run", "--config", "c.yaml"],
          r"c.yaml:3: attention: unknown attention 'eulr' \(did you mean 'euler'\?\); known: .*softmax"),

@@ -29,6 +29,17 @@ def _loaded_columns(load_col, kind: str):
     return set(load_col[kind] or [])
 
 
+def _how_to_create(dataset: str) -> str:
+    from recbole_ext.data.presets import PRESETS
+
+    preset = PRESETS.get(dataset)
+    if preset is None:
+        return "put RecBole atomic files there or set data_path (README: 'Datasets')"
+    needs = f", the input must have {'/'.join(preset.requires)}" if preset.requires else ""
+    return (f"create them with: recbole-ext data convert --preset {dataset} --format {'|'.join(preset.formats)} "
+            f"--input <raw files>{needs} (see configs/{preset.config} and README 'Datasets')")
+
+
 def require_atomic_files(resolved) -> None:
     """Every atomic file the run reads exists and passes :func:`check_atomic_file`; one-line errors."""
     dataset = resolved.dataset
@@ -41,7 +52,7 @@ def require_atomic_files(resolved) -> None:
         if not path.is_file():
             raise DatasetMissingError(
                 f"{resolved.where('dataset')}: dataset {dataset!r} needs {path.resolve()}, which does not exist; "
-                f"put RecBole atomic files there or set data_path (README: 'Datasets')"
+                f"{_how_to_create(dataset)}"
             )
     options = {"field_separator": values.get("field_separator") or "\t",
                "seq_separator": values.get("seq_separator") or " ",
