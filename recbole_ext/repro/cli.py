@@ -53,7 +53,7 @@ def _state_counts(cells) -> str:
     return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
 
 
-def print_skips(cells, stream=sys.stdout) -> None:
+def print_skips(cells, stream=None) -> None:
     """One line per reason (cells of one dataset missing the same files share a line)."""
     by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in cells:
@@ -62,7 +62,7 @@ def print_skips(cells, stream=sys.stdout) -> None:
             by_reason[key].append(f"{cell.column.label}/{cell.row.label}")
     for (state, reason), where in by_reason.items():
         cells_text = where[0] if len(where) == 1 else f"{len(where)} cells"
-        print(f"skip ({state}, {cells_text}): {reason}", file=stream)
+        print(f"skip ({state}, {cells_text}): {reason}", file=stream or sys.stdout)
 
 
 def cache_dir(args) -> Path:
