@@ -33,6 +33,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -253,6 +254,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 16, 32, 64, batch 2, 1 step")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="output stem (default benchmarks/results/linrec_scaling[_quick])")
     args = parser.parse_args()
     if args.quick:
@@ -262,6 +264,19 @@ def main() -> None:
 
     import recbole_ext  # noqa: F401  (compat before RecBole)
 
+    def measure_in_subprocess(variant: str, n: int) -> dict:
+        forwarded = [a for a in sys.argv[1:] if a != "--quick"] + (["--quick"] if args.quick else [])
+        done = subprocess.run([sys.executable, __file__, *forwarded, "--worker", f"{variant}:{n}"],
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+        else:  # e.g. killed by the kernel: softmax at N=1600 needs several GB per attention matrix
+            reason = "out of memory (killed)" if done.returncode in (-9, 137) else done.stderr.strip().splitlines()[-1]
+            row = {"variant": variant, "length": n, "s_per_step": math.nan, "peak_bytes": math.nan,
+                   "saved_bytes": math.nan, "error": reason}
+        print(f"  measured N={n} {variant}{': ' + row['error'] if 'error' in row else ''}", file=sys.stderr)
+        return row
+
     if args.threads:
         torch.set_num_threads(args.threads)
     lengths = [int(n) for n in args.lengths.split(",")]
@@ -269,11 +284,11 @@ def main() -> None:
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         sys.exit(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
-    rows = []
-    for n in lengths:
-        for variant in variants:
-            rows.append(measure(variant, n, args))
-            print(f"  measured N={n} {variant}", file=sys.stderr)
+    if args.worker:  # one (variant, N) in this process, so an out-of-memory kill loses only that cell
+        variant, _, n = args.worker.rpartition(":")
+        print(json.dumps(measure(variant, int(n), args)))
+        return
+    rows = [measure_in_subprocess(variant, n) for n in lengths for variant in variants]
     summary = summarise(rows, variants, lengths)
     hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                 f"{torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name())
