@@ -72,22 +72,15 @@ def worker(position_name: str, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=2048)
-    parser.add_argument("--length", type=int, default=50)
+    train_step.add_step_arguments(parser, batch=2048)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--inner", type=int, default=0, help="feed-forward width (default 4 x hidden)")
     parser.add_argument("--positions", default="learned,rope,cope,cape16,cape32,cape64")
     parser.add_argument("--bf16", action="store_true", help="time under bfloat16 autocast")
-    parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, small batch")
     parser.add_argument("--json", default=str(RESULTS))
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.steps, args.warmup, args.batch, args.length = 1, 2, 1, 256, 20

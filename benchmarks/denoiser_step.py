@@ -37,6 +37,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "denoiser_step.json"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import train_step  # noqa: E402  (the shared benchmark options)
 
 MASKS = {"type": "denoiser", "base": "softmax"}
 ARM = {"type": "mask_gradient", "weight": 1.0, "estimator": "arm"}
@@ -169,13 +171,8 @@ def sparsity_report(run_dir: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--length", type=int, default=50)
+    train_step.add_step_arguments(parser, batch=256, workers=False)
     parser.add_argument("--hidden", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, nothing written")
     parser.add_argument("--sparsity", type=Path, help="report mask sparsity of this run directory instead")

@@ -29,6 +29,8 @@ from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results" / "euler_step.json"
+sys.path.insert(0, str(BENCHMARKS))
+import train_step  # noqa: E402  (the shared timing worker and options)
 # variant → (model, YAML lines layered over that model's defaults)
 VARIANTS = {
     "sasrec": ("SeqTransformer", ""),
@@ -58,9 +60,6 @@ def model_class(variant: str, scratch: str) -> type:
 def worker(variant: str, args) -> dict:
     """train_step.py's worker with this variant's model in place of SeqTransformer (its setup imports
     ``recbole_ext.models.SeqTransformer`` at call time)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    import train_step
-
     import recbole_ext.models
 
     recbole_ext.models.SeqTransformer = model_class(variant, args.scratch)
@@ -70,18 +69,11 @@ def worker(variant: str, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="times each variant runs (alternating)")
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=2048)
-    parser.add_argument("--length", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    train_step.add_step_arguments(parser, batch=2048)
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for every variant")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, 1 warm-up, batch 256")
     parser.add_argument("--json", default=str(RESULTS), help="where to write the results")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.steps, args.warmup, args.batch = 1, 2, 1, 256

@@ -118,18 +118,24 @@ def worker(variant: str, args) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_step_arguments(parser: argparse.ArgumentParser, batch: int = 2048, workers: bool = True) -> None:
+    """The options every step benchmark shares; ``workers``: the hidden per-process worker options."""
     parser.add_argument("--rounds", type=int, default=3, help="times each variant runs (alternating)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=batch)
     parser.add_argument("--length", type=int, default=50)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
+    if workers:
+        parser.add_argument("--worker", help=argparse.SUPPRESS)
+        parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_arguments(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
