@@ -19,9 +19,7 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -95,19 +93,9 @@ def main() -> None:
         parser.error(f"unknown position(s) {', '.join(unknown)}; known: {', '.join(POSITIONS)}")
     if BASELINE not in positions:
         positions.insert(0, BASELINE)
-    forwarded = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
-                 "--length", str(args.length), "--hidden", str(args.hidden), "--heads", str(args.heads),
-                 "--layers", str(args.layers), "--inner", str(args.inner), "--threads", str(args.threads)]
-    forwarded += ["--bf16"] if args.bf16 else []
-    rounds: list[dict] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        for _ in range(args.rounds):
-            results = {}
-            for name in positions:
-                command = [sys.executable, __file__, "--worker", name, "--scratch", scratch, *forwarded]
-                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-                results[name] = json.loads(output.strip().splitlines()[-1])
-            rounds.append(results)
+    forwarded = ["--hidden", str(args.hidden), "--heads", str(args.heads), "--layers", str(args.layers),
+                 "--inner", str(args.inner)] + (["--bf16"] if args.bf16 else [])
+    rounds = train_step.run_rounds(__file__, positions, args, forwarded)
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{rounds[0][positions[0]]['threads']}; SASRec d={args.hidden}, {args.heads} heads, {args.layers} layers, "

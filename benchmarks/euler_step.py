@@ -23,7 +23,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -82,24 +81,12 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args)))
         return
 
-    import tempfile
 
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
-    rounds: list[dict] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        for _ in range(args.rounds):  # variants alternate, so slow phases of a shared machine hit all of them
-            results = {}
-            for variant in variants:
-                command = [sys.executable, __file__, "--worker", variant, "--scratch", scratch,
-                           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
-                           "--length", str(args.length), "--threads", str(args.threads),
-                           *(["--bf16"] if args.bf16 else [])]
-                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-                results[variant] = json.loads(output.strip().splitlines()[-1])
-            rounds.append(results)
+    rounds = train_step.run_rounds(__file__, variants, args, ["--bf16"] if args.bf16 else [])
 
     baseline = "sasrec" if "sasrec" in variants else None
     print(f"machine: {platform.processor() or platform.machine()}, torch threads {rounds[0][variants[0]]['threads']}; "

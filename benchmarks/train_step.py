@@ -131,6 +131,25 @@ def add_step_arguments(parser: argparse.ArgumentParser, batch: int = 2048, worke
         parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
 
 
+def run_rounds(script: str, names: list[str], args, extra: list[str] = ()) -> list[dict]:
+    """``args.rounds`` rounds of every name's ``--worker`` run of ``script``, each in a fresh process;
+    names alternate within a round, so slow phases of a shared machine hit all of them."""
+    import tempfile
+
+    rounds: list[dict] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.rounds):
+            results = {}
+            for name in names:
+                command = [sys.executable, str(script), "--worker", name, "--scratch", scratch,
+                           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
+                           "--length", str(args.length), "--threads", str(args.threads), *extra]
+                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                results[name] = json.loads(output.strip().splitlines()[-1])
+            rounds.append(results)
+    return rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_arguments(parser)
@@ -142,20 +161,8 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args)))
         return
 
-    import tempfile
-
     variants = args.variants.split(",")
-    rounds: list[dict] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        for _ in range(args.rounds):  # variants alternate, so slow phases of a shared machine hit all of them
-            results = {}
-            for variant in variants:
-                command = [sys.executable, __file__, "--worker", variant, "--scratch", scratch,
-                           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
-                           "--length", str(args.length), "--threads", str(args.threads)]
-                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-                results[variant] = json.loads(output.strip().splitlines()[-1])
-            rounds.append(results)
+    rounds = run_rounds(__file__, variants, args)
     import platform
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
