@@ -1,4 +1,5 @@
-"""RecBole's trainer loop, plus: named loss terms, per-epoch history, bf16 autocast, a run directory.
+"""RecBole's trainer loop, plus: named loss terms, per-epoch history, bf16 autocast, length-bucketed
+batches (``length_bucketing``, ``data/bucketing.py``), a run directory.
 
 :func:`trainer_class` puts :class:`RunTrainerMixin` in front of whatever trainer RecBole would
 use for a model (``Trainer`` for sequential models), so early stopping, evaluation and metrics
@@ -18,6 +19,7 @@ from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
 
 from recbole_ext.compat import atomic_write_bytes
+from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
 
 
@@ -42,6 +44,7 @@ class RunTrainerMixin:
     def __init__(self, config, model, run_dir: Path | None = None):
         super().__init__(config, model)
         self.bf16 = bool(config["bf16"]) if "bf16" in config else False
+        self.length_bucketing = int(config["length_bucketing"] or 0) if "length_bucketing" in config else 0
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.history: list[dict[str, Any]] = []
         if self.run_dir is not None:
@@ -68,6 +71,8 @@ class RunTrainerMixin:
         """RecBole's epoch, with per-term sums kept on device (no host sync per step) and bf16."""
         self.model.train()
         loss_func = loss_func or self.model.calculate_loss
+        if self.length_bucketing:
+            train_data = BucketedEpoch(train_data, self.length_bucketing, self.config["ITEM_LIST_LENGTH_FIELD"])
         batches = (
             tqdm(train_data, total=len(train_data), ncols=100, desc=f"Train {epoch_idx:>5}")
             if show_progress else train_data

@@ -65,6 +65,8 @@ FRAMEWORK_KEYS: dict[str, Key] = {
     "output_dir": Key(str, "parent directory of run directories"),
     "run_name": Key(str | None, "run directory name (default: time-model-dataset-id)"),
     "num_threads": Key(int | None, "torch intra-op threads (default: torch's choice)", in_range(1)),
+    "length_bucketing": Key(int, "training batches from length-sorted pools of this many batches; 0 = off "
+                                 "(data/bucketing.py)", in_range(0)),
 }
 
 RECBOLE_RANGES: dict[str, Callable[[Any], str | None]] = {

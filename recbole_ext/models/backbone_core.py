@@ -44,6 +44,8 @@ from recbole_ext.nn.dropout import Dropout
 class ConsistentRepresentation(Backbone):
     """CORE-trm: attention-weighted sum of the session's item embeddings, cosine logits / τ."""
 
+    exact_under_trailing_trim = True  # the attentive pooling's softmax masks padding
+
     flat_defaults = {"temperature": 0.07, "sess_dropout": 0.2, "item_dropout": 0.2}  # RecBole's CORE.yaml
 
     @dataclass(frozen=True)

@@ -34,6 +34,11 @@ class Backbone(nn.Module):
 
     causal = True
     extra_tokens = 0  # item-embedding rows beyond RecBole's n_items (e.g. a [MASK] token)
+    # Trailing-padding trimming (models/trimming.py): whether the backbone reads only real positions
+    # of left-aligned sequences (then trimming is exact), and how many positions past the longest
+    # sequence it writes into (BERT4Rec's evaluation appends a [MASK]).
+    exact_under_trailing_trim = False
+    trailing_slots = 0
     required_recbole_config: dict = {}
     flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
 
@@ -78,6 +83,8 @@ class CausalNextItem(Backbone):
     """SASRec (Kang & McAuley 2018): causal self-attention; the state at the last real position
     predicts the next item. Trained, as in RecBole, on the last position of every prefix."""
 
+    exact_under_trailing_trim = True
+
     def encoder_inputs(self, model, interaction) -> dict[str, torch.Tensor]:
         """Extra tensors for parts (``AttentionContext.inputs``); e.g. TiSASRec's time intervals."""
         return {}
@@ -114,6 +121,8 @@ class Cloze(Backbone):
 
     causal = False
     extra_tokens = 1
+    exact_under_trailing_trim = True
+    trailing_slots = 1  # the evaluation [MASK] after the last item
     required_recbole_config = {"transform": "mask_itemseq"}
 
     @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from torch import nn
 
 from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
+from recbole_ext.models.trimming import declared_exact, trim_batch
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
 from recbole_ext.nn.dropout import Dropout
@@ -58,6 +59,8 @@ class SeqTransformer(SequentialRecommender):
         "initializer_range": Key(float, "std of the normal weight init", in_range(0.0, low_open=True)),
         "loss_type": Key(Literal["CE", "BPR", "BCE"], "main loss (BCE: one sampled negative, as SASRec's paper)"),
         "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py)"),
+        "trim_padding": Key(bool, "cut each batch's trailing padding where every part declares it exact "
+                                  "(models/trimming.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
         # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
         # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
@@ -108,6 +111,8 @@ class SeqTransformer(SequentialRecommender):
         for module in self.modules():  # parts with their own init (e.g. zero-initialised tables)
             if module is not self and hasattr(module, "reset_part_parameters"):
                 module.reset_part_parameters()
+        self.trims_padding = bool(config["trim_padding"]) and declared_exact(self)
+        self.list_suffix = config["LIST_SUFFIX"]
 
     def _init_weights(self, module: nn.Module) -> None:
         """RecBole's init: N(0, initializer_range) weights, zero biases, unit layer norms."""
@@ -140,15 +145,24 @@ class SeqTransformer(SequentialRecommender):
         hidden = (encoder or self.encoder)(self.input_dropout(self.input_norm(hidden)), context)
         return EncoderOutput(hidden, context)
 
+    def trimmed(self, interaction):
+        """The batch cut to the columns its longest sequence needs, when that is exact for this
+        model's parts (``trim_padding``; see ``models/trimming.py``), else unchanged."""
+        if not self.trims_padding:
+            return interaction
+        return trim_batch(interaction, self.ITEM_SEQ_LEN, self.ITEM_SEQ, self.list_suffix, self.backbone.trailing_slots)
+
     def calculate_loss(self, interaction):
+        interaction = self.trimmed(interaction)
         main, output = self.backbone.training_loss(self, interaction)
         if not self.aux_losses:
             return main
         return (main, *(spec.weight * loss(self, interaction, output) for spec, loss in zip(self.aux_specs, self.aux_losses)))
 
     def predict(self, interaction):
+        interaction = self.trimmed(interaction)
         representation = self.backbone.user_representation(self, interaction)
         return self.backbone.score_items(self, representation, interaction[self.ITEM_ID])
 
     def full_sort_predict(self, interaction):
-        return self.backbone.score_all(self, self.backbone.user_representation(self, interaction))
+        return self.backbone.score_all(self, self.backbone.user_representation(self, self.trimmed(interaction)))

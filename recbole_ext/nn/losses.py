@@ -32,6 +32,9 @@ class AuxLoss(nn.Module):
     """
 
     wants: frozenset[str] = frozenset()
+    # Whether the loss's value (its distribution, for sampled losses) is unchanged when the batch's
+    # trailing padding is cut off (models/trimming.py): true for losses that read only real positions.
+    exact_under_trailing_trim = False
 
     # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
     # dataset, for losses that precompute from it (e.g. same-target positives).

@@ -47,6 +47,7 @@ def info_nce(first: torch.Tensor, second: torch.Tensor, temperature: float, simi
 
 
 class ViewLoss(AuxLoss):
+    exact_under_trailing_trim = True  # views are states at the last real position
     """A loss on two views; owns (or shares with a sibling loss) the same-target sampler."""
 
     @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def view(name: str, model, interaction, output: EncoderOutput, sampler) -> torch
         else:
             if sampler is None:
                 raise RuntimeError("the positive view needs the same-target sampler: bind_dataset was not called")
-            cache[name] = model.backbone.user_representation(model, sampler.positive_batch(model, interaction))
+            positive = model.trimmed(sampler.positive_batch(model, interaction))
+            cache[name] = model.backbone.user_representation(model, positive)
     return cache[name]
 
 

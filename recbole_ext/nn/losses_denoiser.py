@@ -57,6 +57,8 @@ def surrogate(logits: list[torch.Tensor], coefficients: list[torch.Tensor]) -> t
 class MaskGradient(AuxLoss):
     """The ARM/AR surrogate for the mask logits Φ (use weight 1: it is the data term's gradient)."""
 
+    exact_under_trailing_trim = True
+
     @dataclass(frozen=True)
     class Options:
         estimator: Literal["arm", "ar"] = "arm"  # ARM: 2 antithetic passes (paper's main results); AR: 1
@@ -94,6 +96,8 @@ class MaskGradient(AuxLoss):
 class MaskL0(AuxLoss):
     """Relaxed L0 of the masks (Eq. 8): Σ σ(Φ) over layers (and heads), gates (u, v)."""
 
+    exact_under_trailing_trim = True
+
     @dataclass(frozen=True)
     class Options:
         reduction: Literal["sum", "mean"] = "sum"  # sum: the paper's; mean: divided by the number of gates
@@ -126,6 +130,8 @@ def hutchinson_frobenius(outputs: torch.Tensor, inputs: torch.Tensor, valid: tor
 @AUX_LOSS.register("jacobian_penalty")
 class JacobianPenalty(AuxLoss):
     """R_J = Σ_l ‖J⁽ˡ⁾‖_F² over the blocks of ``model.encoder`` (Eq. 12), Hutchinson-estimated."""
+
+    exact_under_trailing_trim = True
 
     @dataclass(frozen=True)
     class Options:

@@ -34,6 +34,7 @@ class PhaseContrastiveLoss(AuxLoss):
     """Σ_layers (L_query + L_key) of Eq. 14-15; multiply by ε through the term's ``weight``."""
 
     wants = frozenset({QUERY_PHASES, KEY_PHASES})
+    exact_under_trailing_trim = False  # the code's mean over positions includes padding
 
     @dataclass(frozen=True)
     class Options:

@@ -1,0 +1,181 @@
+"""Trailing-padding trimming is exact wherever a part declares it (``models/trimming.py``).
+
+For every registered attention part, position part, backbone and auxiliary loss: a model whose
+parts all declare exactness gives the same full-sort scores, sampled-item scores and losses (main
+and every auxiliary term) on a batch of short sequences with and without trimming; a model with a
+part that declares it inexact does not trim, and trimming it anyway changes some output (so the
+declaration is needed, not merely cautious).
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+from recbole.data import create_dataset, data_preparation
+from recbole.utils import get_model
+
+from recbole_ext.data.bucketing import bucketed_index_batches
+from recbole_ext.models.backbones import BACKBONE
+from recbole_ext.models.trimming import declared_exact, trim_batch, trimmed_length
+from recbole_ext.nn import ATTENTION, POSITION
+
+from ..conftest import tiny_recbole_config
+from .test_backbone_core import GENRES
+
+SIZES = {"hidden_size": 16, "inner_size": 32, "n_heads": 2, "n_layers": 2,
+         "hidden_dropout_prob": 0.0, "attn_dropout_prob": 0.0}  # dropout off: both passes draw alike
+SHORT = 8  # rows of at most this many items: the trimmed batch is 8 (9 for bert4rec) of 20 columns
+
+# One case per registered part: the settings that exercise it (other slots at their defaults).
+AUX_CASES = {
+    "phase_contrastive": {"attention": "euler"},
+    "mask_gradient": {"attention": "denoiser"},
+    "mask_l0": {"attention": "denoiser"},
+    "same_target_contrastive": {},
+    "frequency_regularizer": {},
+    "jacobian_penalty": {},
+}
+CASES = (
+    [pytest.param({"attention": name, **({"backbone": "{type: tisasrec, missing_timestamps: positions}"}
+                                         if name == "time_interval" else {})}, id=f"attention-{name}")
+     for name in ATTENTION.names()]
+    + [pytest.param({"attention": "{type: linrec, mask: causal}"}, id="attention-linrec-causal")]
+    + [pytest.param({"position": name}, id=f"position-{name}") for name in POSITION.names()]
+    + [pytest.param({"position": "{type: cape, gate_mask: strict}"}, id="position-cape-strict")]
+    + [pytest.param({"backbone": name, **({"sess_dropout": 0.0, "item_dropout": 0.0} if name == "core" else {})},
+                    id=f"backbone-{name}") for name in BACKBONE.names()]
+    + [pytest.param({**settings, "aux_losses": f"[{{type: {name}, weight: 0.5}}]"}, id=f"aux-{name}")
+       for name, settings in AUX_CASES.items()]
+)
+
+
+@pytest.fixture(scope="module")
+def loaders(tmp_path_factory):
+    """Tiny ml-100k loaders (genres loaded for the feature backbones), per backbone family."""
+    cache = {}
+
+    def get(bert: bool):
+        if bert not in cache:
+            cwd = os.getcwd()
+            os.chdir(tmp_path_factory.mktemp("trim"))
+            try:
+                config = tiny_recbole_config("SeqTransformer", load_col=GENRES, **SIZES,
+                                             **({"backbone": "bert4rec"} if bert else {}))
+                train_data, _, test_data = data_preparation(config, create_dataset(config))
+            finally:
+                os.chdir(cwd)
+            cache[bert] = config, train_data, test_data
+        return cache[bert]
+
+    return get
+
+
+def short_rows(loader, field: str):
+    """The rows of the loader's first batches with at most ``SHORT`` items (padding trails them)."""
+    for batch in loader:
+        batch = batch[0] if isinstance(batch, tuple) else batch
+        keep = batch[field] <= SHORT
+        if keep.sum() >= 8:
+            return batch[keep]
+    raise AssertionError("no batch with enough short sequences")
+
+
+def outputs(model, train_batch, test_batch, trim: bool) -> list[torch.Tensor]:
+    """Losses (train mode: every aux term runs) and scores (eval mode), seeded alike."""
+    model = copy.deepcopy(model)  # parts with their own generators start from the same state
+    model.trims_padding = trim
+    torch.manual_seed(7)
+    model.train()
+    losses = model.calculate_loss(train_batch)
+    losses = [term.detach() for term in (losses if isinstance(losses, tuple) else (losses,))]
+    model.eval()
+    with torch.no_grad():
+        scores = model.full_sort_predict(test_batch)
+        sampled = model.predict(test_batch)
+    return [*losses, scores, sampled]
+
+
+@pytest.mark.parametrize("settings", CASES)
+def test_trimmed_batches_give_the_same_outputs_where_declared_exact(loaders, settings):
+    config, train_data, _ = loaders("bert4rec" in settings.get("backbone", ""))
+    saved = {key: config[key] for key in settings}
+    for key, value in settings.items():
+        config[key] = tiny_recbole_config("SeqTransformer", load_col=GENRES, **settings)[key]
+    try:
+        torch.manual_seed(0)
+        model = get_model("SeqTransformer")(config, train_data._dataset)
+    finally:
+        for key, value in saved.items():
+            config[key] = value
+    length_field = model.ITEM_SEQ_LEN
+    # ml-100k's test sequences are all long: score the training prefixes (they carry the target too)
+    train_batch = test_batch = short_rows(train_data, length_field)
+    assert int(test_batch[length_field].max()) + model.backbone.trailing_slots < test_batch[model.ITEM_SEQ].size(1)
+
+    untrimmed = outputs(model, train_batch, test_batch, trim=False)
+    trimmed = outputs(model, train_batch, test_batch, trim=True)
+    # Hutchinson's η is drawn over [B, L, D]: its estimate is equal in distribution, not per draw.
+    sampled_terms = {1 + i for i, spec in enumerate(model.aux_specs) if spec.part.name == "jacobian_penalty"}
+    same = [torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+            for index, (a, b) in enumerate(zip(untrimmed, trimmed)) if index not in sampled_terms]
+    if declared_exact(model):
+        assert model.trims_padding
+        assert all(same), f"outputs differ under trimming: {same}"
+    else:
+        assert not model.trims_padding
+        assert not all(same), "declared inexact, but trimming changes nothing: declare it exact"
+
+
+def test_trim_batch_cuts_only_per_position_fields():
+    from recbole.data.interaction import Interaction
+
+    batch = Interaction({"item_id_list": torch.tensor([[3, 4, 0, 0], [5, 0, 0, 0]]), "item_length": torch.tensor([2, 1]),
+                         "timestamp_list": torch.arange(8.0).view(2, 4), "item_id": torch.tensor([7, 8]),
+                         "MASK_INDEX": torch.zeros(2, 4, dtype=torch.long)})
+    trimmed = trim_batch(batch, "item_length", "item_id_list", "_list")
+    assert trimmed["item_id_list"].tolist() == [[3, 4], [5, 0]] and trimmed["timestamp_list"].shape == (2, 2)
+    assert trimmed["MASK_INDEX"].shape == (2, 4) and trimmed["item_id"].tolist() == [7, 8]
+    assert trim_batch(batch, "item_length", "item_id_list", "_list", slots=1)["item_id_list"].shape == (2, 3)
+    assert trimmed_length(torch.tensor([4, 1]), 4, slots=1) == 4  # never longer than the padded length
+
+
+def test_length_buckets_cover_every_row_once_with_similar_lengths():
+    lengths = torch.randint(1, 51, (10_000,))
+    batches = bucketed_index_batches(lengths, batch_size=256, pool_batches=8, generator=torch.Generator().manual_seed(0))
+    rows = torch.cat(batches)
+    assert sorted(rows.tolist()) == list(range(10_000))
+    assert [len(b) for b in batches].count(256) == len(batches) - 1  # one partial batch per epoch
+    spread = torch.tensor([float(lengths[b].max() - lengths[b].min()) for b in batches]).median()
+    assert spread <= 10  # uniform batches would span ~49
+    again = bucketed_index_batches(lengths, 256, 8, torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(batches, again))
+
+
+def test_bucketed_training_runs_and_trimmed_sorted_evaluation_keeps_the_metrics(in_tmp):
+    from recbole_ext.compat import load_checkpoint
+    from recbole_ext.runner import build, run
+    from recbole_ext.trainer import trainer_class
+
+    from ..conftest import TINY_DATA
+
+    sizes = {"hidden_size": 16, "inner_size": 32}
+    result = run(TINY_DATA, ["model=SeqTransformer", "epochs=1", "length_bucketing=2", *(f"{k}={v}" for k, v in sizes.items())])
+    assert result.test_result and json_status(result.run_dir) == "finished"
+    state = load_checkpoint(result.run_dir / "model.pth")["state_dict"]
+    metrics = {}
+    for trim in (True, False):
+        config = tiny_recbole_config(trim_padding=trim, **sizes)
+        model, _, (_, _, test_data) = build(config)
+        model.load_state_dict(state)
+        assert model.trims_padding == trim
+        metrics[trim] = trainer_class(config)(config, model).evaluate(test_data, load_best_model=False)
+    assert metrics[True].keys() == metrics[False].keys()
+    assert all(abs(metrics[True][k] - metrics[False][k]) <= 1e-4 for k in metrics[True])
+
+
+def json_status(run_dir) -> str:
+    import json
+
+    return json.loads((run_dir / "metrics.json").read_text())["status"]
