@@ -1,6 +1,8 @@
 """Training-step time: our SASRec-equivalent (SeqTransformer) against stock RecBole SASRec.
 
     python benchmarks/train_step.py [--rounds 3] [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N]
+        [--variants stock,ours-exact,ours-fp32,ours-bf16,ours-compile,ours-bf16-compile] [--compile-mode M]
+        [--compile-dynamic none|true|false] [--compile-fallback-random] [--probe-lengths 50,21,8] [--json PATH]
 
 Same data (ml-100k, RecBole's loader), same config (RecBole's SASRec defaults: 2 layers, 2 heads,
 hidden 64, dropout 0.5, CE over all items, Adam), same initial weights (RecBole's, copied into
@@ -14,10 +16,24 @@ other, so process-wide settings (allocator, anomaly mode) cannot leak between th
   ``dropout_impl: torch`` (RecBole's dropout random stream): its losses must equal stock's.
 - ``ours-fp32``: SeqTransformer with its defaults (fast dropout: same distribution, other stream).
 - ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``).
+- ``ours-compile`` / ``ours-bf16-compile`` (not run by default): ``ours-fp32`` / ``ours-bf16`` with
+  ``model.calculate_loss`` under ``torch.compile`` (``--compile-mode``, ``--compile-dynamic``);
+  backward goes through AOTAutograd, Adam stays eager. ``--compile-fallback-random`` makes inductor
+  draw random numbers as eager does, so a compiled variant's losses can be compared with its eager
+  one's (otherwise they differ by their dropout draws).
+- ``<variant>+trand`` (experiment, patched in that worker only): fast dropout with ``torch.rand``
+  in place of numpy's generator, which torch.compile cannot trace (one graph break per dropout).
 
 Printed: median seconds per step (forward + backward + Adam) over the timed steps, the ratio to
-stock, the largest gap between a variant's per-step losses and stock's (``ours-exact`` must be ~1e-6:
-same model, same numbers; the others differ by their dropout draws) and minor page faults per step. Run it with nothing else busy on the machine.
+stock and to the eager counterpart (compiled / ``+trand`` variants), the first step's time (with
+compilation), achieved GFLOP/s (:func:`sasrec_step_flops`, the analytic GEMM FLOPs of the step, over
+the median time) and its fraction of this machine's GEMM peak of the same dtype
+(``benchmarks/matmul_peak.py``'s results, run it first), minor page faults per step, the largest gap
+between a variant's per-step losses and stock's (``ours-exact`` must be ~1e-6: same model, same
+numbers; the others differ by their dropout draws) and its eager counterpart's, and dynamo's graph,
+graph-break and recompile counts. ``--probe-lengths 50,37,21,8,3,1,44`` then runs steps at those
+sequence lengths (the shapes trailing-padding trimming produces) and prints the first step at each
+new length (recompilation included) and the second. Run it with nothing else busy on the machine.
 """
 from __future__ import annotations
 
@@ -32,10 +48,17 @@ import time
 from pathlib import Path
 
 VARIANTS = ("stock", "ours-exact", "ours-fp32", "ours-bf16")
+# torch.compile of the step's forward (``model.calculate_loss``; backward through AOTAutograd): not in
+# the default list (compilation takes tens of seconds per process).
+COMPILE_VARIANTS = ("ours-compile", "ours-bf16-compile")
 
 
-def recbole_setup(variant: str, args):
-    """Config, dataloader and model for one variant (runs inside the worker process)."""
+def recbole_setup(variant: str, args, dataset_name: str = "ml-100k", overrides: dict | None = None,
+                  all_splits: bool = False):
+    """Config, dataloader and model for one variant (runs inside the worker process).
+
+    ``overrides``: config keys on top of this benchmark's; ``all_splits``: return the
+    (train, valid, test) loaders instead of the training loader alone."""
     if variant == "stock":
         import numpy as np
 
@@ -55,7 +78,7 @@ def recbole_setup(variant: str, args):
     from recbole.utils import init_seed
 
     sys.argv = sys.argv[:1]
-    config = config_class(model=model_class, dataset="ml-100k", config_dict={
+    config = config_class(model=model_class, dataset=dataset_name, config_dict={
         "train_batch_size": args.batch, "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE",
         "train_neg_sample_args": None, "show_progress": False, "state": "ERROR", "use_gpu": False,
         "load_col": {"inter": ["user_id", "item_id", "timestamp"]},
@@ -64,13 +87,116 @@ def recbole_setup(variant: str, args):
             "attn_dropout_prob": 0.5, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "initializer_range": 0.02,
             "dropout_impl": "torch" if variant == "ours-exact" else "fast"}
            if variant != "stock" else {}),
+        **(overrides or {}),
     })
     init_seed(config["seed"], config["reproducibility"])
     dataset = create_dataset(config)
-    train_data, _, _ = data_preparation(config, dataset)
+    splits = data_preparation(config, dataset)
     init_seed(config["seed"], config["reproducibility"])
-    model = model_class(config, train_data._dataset)
-    return config, train_data, model
+    model = model_class(config, splits[0]._dataset)
+    return config, (splits if all_splits else splits[0]), model
+
+
+def share_initial_weights(variant: str, model, scratch: str) -> None:
+    """``stock`` saves its initial weights in ``scratch``; the other variants start from them when
+    stock ran first (RecBole SASRec names mapped onto SeqTransformer's)."""
+    import torch
+
+    reference = Path(scratch) / "stock_init.pt"
+    if variant == "stock":
+        torch.save(model.state_dict(), reference)
+    elif reference.exists():
+        from recbole_ext.models.recbole_import import state_dict_from_recbole
+
+        model.load_state_dict(state_dict_from_recbole(torch.load(reference, weights_only=True), "SASRec"))
+
+
+def parse_variant(variant: str) -> tuple[str, bool, bool]:
+    """``name[-compile][+trand]`` → (setup variant, compiled, torch.rand dropout). ``ours-compile`` is
+    ``ours-fp32`` compiled; ``+trand`` is the dropout experiment of :func:`use_torch_rand_dropout`."""
+    trand = variant.endswith("+trand")
+    name = variant.removesuffix("+trand")
+    compiled = name.endswith("-compile")
+    name = name.removesuffix("-compile")
+    return ("ours-fp32" if name == "ours" else name), compiled, trand
+
+
+def use_torch_rand_dropout() -> None:
+    """EXPERIMENT, this worker process only (``+trand`` variants): fast dropout draws its uniforms
+    with ``torch.rand`` instead of numpy's SFC64 (``recbole_ext.nn.dropout.uniform``). numpy and
+    the seed's ``.item()`` cannot be traced, so under torch.compile every dropout splits the graph;
+    ``torch.rand`` stays inside it (inductor then generates and fuses its own random numbers)."""
+    import importlib
+
+    import torch
+
+    dropout = importlib.import_module("recbole_ext.nn.dropout")
+    dropout.uniform = lambda shape, device: torch.rand(shape, device=device)
+
+
+def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers: int, n_item_rows: int) -> int:
+    """Analytic GEMM FLOPs of one SASRec training step with CE over all items (2 FLOPs per multiply-add).
+
+    Forward, with B·L token rows, D = hidden, I = inner (heads split D, so summed over heads the
+    attention GEMMs have width D), per layer:
+
+        Q, K, V, output projections   4 · 2·B·L·D·D
+        scores Q·Kᵀ                   2·B·L·L·D
+        mixing P·V                    2·B·L·L·D
+        feed-forward W1, W2           2 · 2·B·L·D·I
+
+    plus the logits of the B last states against every item-embedding row (N, padding row included,
+    as RecBole): 2·B·D·N. Backward computes both input gradients of every GEMM (each as large as the
+    forward GEMM; the first layer's input gradient too, since it feeds the embedding), so a step is
+    3 × forward. Not counted: elementwise work (softmax, norms, dropout, GELU, Adam), the embedding
+    gather, biases. Causal masking does not skip the masked half of Q·Kᵀ and P·V: counted in full.
+    ``tests/benchmarks/test_train_step_smoke.py`` checks this against torch's FLOP counter.
+    """
+    tokens = batch * length
+    per_layer = 4 * 2 * tokens * hidden * hidden + 2 * 2 * batch * length * length * hidden \
+        + 2 * 2 * tokens * hidden * inner
+    forward = n_layers * per_layer + 2 * batch * hidden * n_item_rows
+    return 3 * forward
+
+
+def step_flops(config, model, interaction) -> int:
+    """:func:`sasrec_step_flops` for this batch at the length the model runs it (its trimmed length)."""
+    width = interaction[model.ITEM_SEQ].size(1)
+    length = width
+    if getattr(model, "trims_padding", False):
+        length = min(width, int(interaction[model.ITEM_SEQ_LEN].max()) + getattr(model.backbone, "trailing_slots", 0))
+    return sasrec_step_flops(interaction[model.ITEM_SEQ].size(0), length, config["hidden_size"],
+                             config["inner_size"], config["n_layers"], model.item_embedding.weight.size(0))
+
+
+def compile_loss(model, args):
+    """``model.calculate_loss`` under torch.compile with the benchmark's ``--compile-*`` options."""
+    import torch
+
+    torch._inductor.config.fallback_random = getattr(args, "compile_fallback_random", False)
+    mode = getattr(args, "compile_mode", "default")
+    dynamic = {"none": None, "true": True, "false": False}[getattr(args, "compile_dynamic", "none")]
+    return torch.compile(model.calculate_loss, mode=None if mode == "default" else mode, dynamic=dynamic)
+
+
+def dynamo_stats() -> dict:
+    """Graphs compiled so far, graph breaks (by count) and recompilations, from dynamo's counters."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": counters["stats"]["unique_graphs"],
+            "graph_breaks": sum(counters["graph_break"].values()),
+            "recompiles": sum(counters["recompiles"].values())}
+
+
+def at_length(model, interaction, length: int):
+    """A shape probe: ``interaction`` cut to its first ``length`` columns (lengths clamped), the
+    shape a trimmed batch whose longest sequence has ``length`` items has. Only for timing."""
+    from recbole.data.interaction import Interaction
+
+    fields = dict(interaction.interaction)
+    fields[model.ITEM_SEQ] = fields[model.ITEM_SEQ][:, :length].contiguous()
+    fields[model.ITEM_SEQ_LEN] = fields[model.ITEM_SEQ_LEN].clamp(max=length)
+    return Interaction(fields)
 
 
 def worker(variant: str, args) -> dict:
@@ -78,44 +204,71 @@ def worker(variant: str, args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    config, train_data, model = recbole_setup(variant, args)
-    reference = Path(args.scratch) / "stock_init.pt"
-    if variant == "stock":
-        torch.save(model.state_dict(), reference)
-    elif reference.exists():  # start from stock's weights when it ran first
-        from recbole_ext.models.recbole_import import state_dict_from_recbole
-
-        model.load_state_dict(state_dict_from_recbole(torch.load(reference, weights_only=True), "SASRec"))
+    setup_variant, compiled, trand = parse_variant(variant)
+    if trand:
+        use_torch_rand_dropout()
+    config, train_data, model = recbole_setup(setup_variant, args)
+    share_initial_weights(setup_variant, model, args.scratch)
     batches = []
     for interaction in train_data:
         batches.append(interaction)
         if len(batches) == args.warmup + args.steps:
             break
     optimizer = torch.optim.Adam(model.parameters(), lr=config["learning_rate"])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16"))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=setup_variant.endswith("bf16"))
+    loss_function = compile_loss(model, args) if compiled else model.calculate_loss
     torch.manual_seed(0)
     model.train()
-    times, losses = [], []
-    faults_before = None
+
+    def step(interaction):
+        optimizer.zero_grad()
+        with autocast:
+            loss = loss_function(interaction)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    times, losses, flops = [], [], []
+    faults_before = first_step_s = None
     for index, interaction in enumerate(batches):
         if index == args.warmup:
             faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         started = time.perf_counter()
-        optimizer.zero_grad()
-        with autocast:
-            loss = model.calculate_loss(interaction)
-        loss.backward()
-        optimizer.step()
+        loss = step(interaction)
         elapsed = time.perf_counter() - started
+        if index == 0:
+            first_step_s = elapsed  # includes compilation for compiled variants
         if index >= args.warmup:
             times.append(elapsed)
             losses.append(loss.item())
+            flops.append(step_flops(config, model, interaction))
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
-    return {
+    result = {
         "variant": variant, "median_s_per_step": statistics.median(times), "losses": losses,
         "minor_faults_per_step": faults / args.steps, "anomaly_mode": torch.is_anomaly_enabled(),
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "first_step_s": first_step_s,
+        "flops_per_step": statistics.mean(flops) if flops else None,
     }
+    if compiled:
+        result["dynamo"] = dynamo_stats()
+    probe = [int(length) for length in getattr(args, "probe_lengths", "").split(",") if length]
+    if probe:  # after the timed steps: first call at each new length (recompiles?) and a second one
+        result["length_probe"] = []
+        for length in probe:
+            interaction = at_length(model, batches[0], length)
+            before = dynamo_stats() if compiled else None
+            first = time.perf_counter()
+            step(interaction)
+            second = time.perf_counter()
+            step(interaction)
+            done = time.perf_counter()
+            entry = {"length": length, "first_s": second - first, "second_s": done - second}
+            if compiled:
+                after = dynamo_stats()
+                entry["new_graphs"] = after["unique_graphs"] - before["unique_graphs"]
+                entry["recompiles"] = after["recompiles"] - before["recompiles"]
+            result["length_probe"].append(entry)
+    return result
 
 
 def add_step_arguments(parser: argparse.ArgumentParser, batch: int = 2048, workers: bool = True) -> None:
@@ -144,16 +297,51 @@ def run_rounds(script: str, names: list[str], args, extra: list[str] = ()) -> li
                 command = [sys.executable, str(script), "--worker", name, "--scratch", scratch,
                            "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
                            "--length", str(args.length), "--threads", str(args.threads), *extra]
-                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-                results[name] = json.loads(output.strip().splitlines()[-1])
+                process = subprocess.run(command, capture_output=True, text=True)
+                if process.returncode:
+                    sys.exit(f"worker {name} failed:\n{process.stderr[-4000:]}")
+                results[name] = json.loads(process.stdout.strip().splitlines()[-1])
             rounds.append(results)
     return rounds
+
+
+def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the ``*-compile`` variants (workers read them with defaults, so other step
+    benchmarks that reuse :func:`worker` need not define them)."""
+    parser.add_argument("--compile-mode", default="default",
+                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+    parser.add_argument("--compile-dynamic", default="none", choices=("none", "true", "false"),
+                        help="torch.compile's dynamic= (none: static first, dynamic after a shape changes)")
+    parser.add_argument("--compile-fallback-random", action="store_true",
+                        help="inductor draws random numbers as eager does: compiled losses comparable to eager")
+    parser.add_argument("--probe-lengths", default="",
+                        help="after the timed steps, steps at these lengths (e.g. 50,37,21,8,3,1,44): recompiles, s/step")
+
+
+def eager_counterpart(variant: str, variants: list[str]) -> str | None:
+    """The eager variant a compiled or ``+trand`` variant is compared with, when it ran."""
+    setup_variant, compiled, trand = parse_variant(variant)
+    candidates = ([setup_variant + "+trand"] if trand and compiled else []) + [setup_variant]
+    return next((c for c in candidates if c in variants and c != variant), None)
+
+
+def load_peaks(path: str) -> dict:
+    """``matmul_peak.py``'s best GFLOP/s by dtype, or {} when it has not run."""
+    try:
+        return json.loads(Path(path).read_text())["peak_gflops"]
+    except (OSError, KeyError, ValueError):
+        return {}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_arguments(parser)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    add_compile_arguments(parser)
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"any of {', '.join(VARIANTS + COMPILE_VARIANTS)}; '+trand' after an ours-* "
+                             "variant: torch.rand dropout (experiment)")
+    parser.add_argument("--peak", default=str(Path(__file__).parent / "results" / "matmul_peak.json"),
+                        help="matmul_peak.py's results, for the fraction of peak")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
@@ -162,24 +350,56 @@ def main() -> None:
         return
 
     variants = args.variants.split(",")
-    rounds = run_rounds(__file__, variants, args)
+    forwarded = ["--compile-mode", args.compile_mode, "--compile-dynamic", args.compile_dynamic,
+                 "--probe-lengths", args.probe_lengths] + (["--compile-fallback-random"] if args.compile_fallback_random else [])
+    rounds = run_rounds(__file__, variants, args, forwarded)
+    peaks = load_peaks(args.peak)
     import platform
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{rounds[0][variants[0]]['threads']}; batch {args.batch}, length {args.length}; {args.rounds} rounds of "
           f"{args.steps} timed steps after {args.warmup} warm-up; medians over rounds, ratio range in brackets")
-    print(f"{'variant':<10} {'s/step':>8} {'vs stock':>20} {'faults/step':>12}  anomaly  max |loss - stock loss|")
+    print(f"compile: mode {args.compile_mode}, dynamic {args.compile_dynamic}, fallback_random "
+          f"{args.compile_fallback_random}; peak GFLOP/s from {args.peak}: {peaks or 'not measured'}")
+    print(f"{'variant':<24} {'s/step':>8} {'vs stock':>18} {'vs eager':>18} {'1st step s':>10} {'GFLOP/s':>8} "
+          f"{'of peak':>7} {'faults/step':>11}  anomaly  {'|Δloss| stock':>13} {'|Δloss| eager':>13}  dynamo")
+
+    def ratio(base: str, variant: str) -> str:
+        ratios = [r[base]["median_s_per_step"] / r[variant]["median_s_per_step"] for r in rounds]
+        return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+
+    def loss_gap(base: str, variant: str) -> float:
+        return max(abs(a - b) for r in rounds for a, b in zip(r[variant]["losses"], r[base]["losses"]))
+
     for variant in variants:
         per_round = [r[variant] for r in rounds]
         seconds = statistics.median(r["median_s_per_step"] for r in per_round)
-        if "stock" in variants:
-            ratios = [r["stock"]["median_s_per_step"] / r[variant]["median_s_per_step"] for r in rounds]
-            ratio_text = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
-            gap = max(abs(a - b) for r in rounds for a, b in zip(r[variant]["losses"], r["stock"]["losses"]))
-        else:
-            ratio_text, gap = "-", float("nan")
+        eager = eager_counterpart(variant, variants)
+        first = statistics.median(r["first_step_s"] for r in per_round)
+        flops = per_round[0]["flops_per_step"]
+        gflops = flops / seconds / 1e9
+        peak = peaks.get("bf16" if parse_variant(variant)[0].endswith("bf16") else "fp32")
         faults = statistics.median(r["minor_faults_per_step"] for r in per_round)
-        print(f"{variant:<10} {seconds:>8.3f} {ratio_text:>20} {faults:>12.0f}  {str(per_round[0]['anomaly_mode']):<7}  {gap:.2e}")
+        dynamo = per_round[0].get("dynamo", "")
+        print(f"{variant:<24} {seconds:>8.3f} {ratio('stock', variant) if 'stock' in variants else '-':>18} "
+              f"{ratio(eager, variant) if eager else '-':>18} {first:>10.2f} {gflops:>8.1f} "
+              f"{f'{gflops / peak:.1%}' if peak else '-':>7} {faults:>11.0f}  {str(per_round[0]['anomaly_mode']):<7}  "
+              f"{loss_gap('stock', variant) if 'stock' in variants else float('nan'):>13.2e} "
+              f"{loss_gap(eager, variant) if eager else float('nan'):>13.2e}  {dynamo}")
+    print(f"GFLOP/s: analytic GEMM FLOPs of the step (sasrec_step_flops: {per_round[0]['flops_per_step'] / 1e9:.1f} "
+          "GFLOP at this size) / median s/step; of peak: against matmul_peak.py's best GEMM of the same dtype")
+    if args.probe_lengths:
+        print("length probe (median over rounds): s/step of the first step at each new length (includes any "
+              "recompilation) / of the second; new graphs compiled")
+        for variant in variants:
+            probes = [r[variant]["length_probe"] for r in rounds]
+            cells = []
+            for index, entry in enumerate(probes[0]):
+                first_s = statistics.median(p[index]["first_s"] for p in probes)
+                second_s = statistics.median(p[index]["second_s"] for p in probes)
+                graphs = f" +{entry['new_graphs']}g" if "new_graphs" in entry else ""
+                cells.append(f"L{entry['length']}: {first_s:.2f}/{second_s:.2f}{graphs}")
+            print(f"  {variant:<22} " + "  ".join(cells))
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=2))
 

@@ -1,0 +1,60 @@
+"""The step benchmark's analytic FLOP count and matmul_peak's GEMM FLOPs, against torch's FLOP counter
+(which counts every mm/bmm/addmm a real forward + backward dispatches), and its variant names."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+from recbole.data import create_dataset, data_preparation
+from recbole.utils import init_seed
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..conftest import tiny_recbole_config
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+train_step = load("train_step")
+
+
+def test_analytic_step_flops_equal_counted_gemm_flops(in_tmp):
+    # 4 heads of 4: the attention GEMMs summed over heads have width D whatever the head count.
+    config = tiny_recbole_config(hidden_size=16, n_layers=2, n_heads=4, inner_size=48)
+    train_data, _, _ = data_preparation(config, create_dataset(config))
+    init_seed(config["seed"], config["reproducibility"])
+    from recbole_ext.models import SeqTransformer
+
+    model = SeqTransformer(config, train_data._dataset).train()
+    batch = next(iter(train_data))
+    with FlopCounterMode(display=False) as counter:
+        model.calculate_loss(batch).backward()
+    # At the length the model ran the batch (trailing padding trimmed when the model trims).
+    assert counter.get_total_flops() == train_step.step_flops(config, model, batch)
+
+
+def test_matmul_peak_cases_count_their_flops():
+    peak = load("matmul_peak")
+    for name, _, op, shapes, flops in peak.gemm_cases(3, 5, hidden=8, inner=12, heads=2, items=7, squares=(4,)):
+        with FlopCounterMode(display=False) as counter:
+            op(*(torch.randn(s) for s in shapes))
+        assert counter.get_total_flops() == flops, name
+
+
+def test_variant_names():
+    assert train_step.parse_variant("ours-compile") == ("ours-fp32", True, False)
+    assert train_step.parse_variant("ours-bf16-compile+trand") == ("ours-bf16", True, True)
+    assert train_step.parse_variant("stock") == ("stock", False, False)
+    ran = ["stock", "ours-fp32", "ours-bf16", "ours-fp32+trand", "ours-compile", "ours-compile+trand",
+           "ours-bf16-compile"]
+    assert train_step.eager_counterpart("ours-compile", ran) == "ours-fp32"
+    assert train_step.eager_counterpart("ours-compile+trand", ran) == "ours-fp32+trand"
+    assert train_step.eager_counterpart("ours-bf16-compile", ran) == "ours-bf16"
+    assert train_step.eager_counterpart("ours-fp32", ran) is None
