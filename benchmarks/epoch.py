@@ -1,29 +1,37 @@
-"""FEARec training cost: our FEARecExt against RecBole 1.2.1's FEARec configured as the paper's model.
+"""Training cost of a Beauty epoch: our models against stock RecBole 1.2.1's (SASRec, or FEARec
+configured as the paper's model).
 
-    python benchmarks/fearec_epoch.py [--quick] [--threads N] [--epoch-batches N] [--startup-samples N]
-                                      [--variants stock,stock-fixed,ours] [--json PATH]
+    python benchmarks/epoch.py --model fearec [--quick] [--threads N] [--epoch-batches N] [--startup-samples N]
+                               [--variants stock,stock-fixed,ours,ours-bf16] [--json PATH]
+    python benchmarks/epoch.py --model sasrec --tasks epoch --variants stock,ours,ours-bucket16,ours-bf16-bucket16
 
 Two measurements, each variant in a fresh subprocess (so process-wide settings cannot leak):
 
-1. **Epoch on Beauty** (``dataset_atomic/fearec-beauty``, the paper's protocol: length 50, batch 256,
-   d 64, L 2, lr 0.001): one pass over RecBole's training loader (forward, backward, Adam), one run.
-   Both models are the paper's: contrast ``us_x`` (τ 1, dot, λ1 0.1), FReg on (``us_x``, 0.1), dual
-   domain, ramp (α 0.8, γ 0.1, m 1). RecBole's own defaults would switch CL, FReg and TDA off.
-2. **Startup on ML-1M** (``dataset_atomic/fearec-ml1m``, ≈0.98M training prefixes): model
-   construction, which for both builds the same-target table (RecBole: one ``np.where`` per
-   training sample, O(n²); ours: one argsort). Dataset loading is the same code for both and not timed.
+1. **Epoch on Beauty** (``dataset_atomic/fearec-beauty``: length 50, d 64, 2 layers, lr 0.001,
+   dropout 0.5, CE): one pass over RecBole's training loader (loader, forward, backward, Adam), one
+   run. ``--model sasrec``: RecBole's SASRec with its defaults (batch 2048) against SeqTransformer.
+   ``--model fearec``: the FEARec paper's protocol (batch 256) and model for both: contrast ``us_x``
+   (τ 1, dot, λ1 0.1), FReg on (``us_x``, 0.1), dual domain, ramp (α 0.8, γ 0.1, m 1); RecBole's own
+   defaults would switch CL, FReg and TDA off.
+2. **Startup on ML-1M** (``--model fearec`` only; ``dataset_atomic/fearec-ml1m``, ≈0.98M training
+   prefixes): model construction, which for both builds the same-target table (RecBole: one
+   ``np.where`` per training sample, O(n²); ours: one argsort). Dataset loading is the same code for
+   both and not timed.
 
 Variants:
 
 - ``stock``: RecBole's FEARec as a user gets it (importing its models leaves autograd anomaly
   mode on); only the numpy-2 aliases RecBole needs to start are added.
 - ``stock-fixed``: the same model with ``import recbole_ext`` first (anomaly mode off, allocator
-  tuned): separates FEARec's own costs from that process-wide RecBole bug.
-- ``ours``: ``FEARecExt`` with the same settings (fast dropout, its default).
-- ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``; the epoch only, startup is ``ours``'s).
+  tuned): separates the model's own costs from that process-wide RecBole bug.
+- ``ours``: ``FEARecExt`` or ``SeqTransformer`` with the same settings and their defaults (fast
+  dropout; trailing-padding trimming where exact, which FEARec's FFT is not).
+- suffixes, combinable: ``-bf16`` bfloat16 autocast (``bf16: true``; the epoch only, startup is
+  ``ours``'s); ``-bucketK`` length-bucketed batches from pools of K batches (``length_bucketing: K``);
+  ``-notrim`` ``trim_padding: false``.
 
 Printed: startup seconds, seconds per batch (median), epoch seconds, and ratios against ``stock``.
-Results also go to ``benchmarks/results/fearec_epoch.json``. ``--quick`` = smoke mode (5 batches, a
+Results also go to ``benchmarks/results/<model>_epoch.json``. ``--quick`` = smoke mode (5 batches, a
 20k-sample slice for the startup, no results file); its numbers mean nothing. Run with nothing else busy.
 """
 from __future__ import annotations
@@ -39,7 +47,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("stock", "stock-fixed", "ours", "ours-bf16")
-RESULTS = ROOT / "benchmarks" / "results" / "fearec_epoch.json"
+MODELS = {"fearec": "fearec_epoch", "sasrec": "sasrec_epoch"}  # --model → results file stem
 
 # The paper's model in RecBole 1.2.1's FEARec keys (spec §7: what RecBole needs to be the paper's model).
 PAPER_KEYS = {
@@ -56,37 +64,61 @@ PROTOCOL = {
 }
 
 
-def setup(variant: str, dataset_name: str, scratch: str):
+def variant_options(variant: str) -> tuple[str, dict]:
+    """``ours-bf16-bucket16`` → ("ours", {bf16, bucket, trim})."""
+    base, *suffixes = variant.split("-")
+    if base == "stock" and suffixes[:1] == ["fixed"]:
+        base, suffixes = "stock-fixed", suffixes[1:]
+    options = {"bf16": False, "bucket": 0, "trim": True}
+    for suffix in suffixes:
+        if suffix == "bf16":
+            options["bf16"] = True
+        elif suffix.startswith("bucket") and suffix[6:].isdigit():
+            options["bucket"] = int(suffix[6:])
+        elif suffix == "notrim":
+            options["trim"] = False
+        else:
+            raise SystemExit(f"unknown variant suffix {suffix!r} in {variant!r}")
+    return base, options
+
+
+def setup(variant: str, dataset_name: str, scratch: str, model: str):
     """RecBole config and training data for one variant (inside the worker process)."""
-    if variant == "stock":
+    base, options = variant_options(variant)
+    recbole_name = {"fearec": "FEARec", "sasrec": "SASRec"}[model]
+    if base == "stock":
         import numpy as np
 
         for name, value in (("float_", np.float64), ("complex_", np.complex128), ("unicode_", np.str_)):
             if name not in np.__dict__:
                 setattr(np, name, value)
         from recbole.config import Config as config_class
-        from recbole.model.sequential_recommender.fearec import FEARec as model_class
+        from recbole.utils import get_model
+
+        model_class = get_model(recbole_name)
     else:
         import recbole_ext  # noqa: F401  (compat: anomaly mode off, allocator)
+        from recbole.utils import get_model
+
         from recbole_ext.compat import SafeConfig as config_class
 
-        if variant == "stock-fixed":
-            from recbole.model.sequential_recommender.fearec import FEARec as model_class
-        else:
-            from recbole_ext.models.fearec import FEARecExt as model_class
+        model_class = get_model(recbole_name if base == "stock-fixed" else
+                                {"fearec": "FEARecExt", "sasrec": "SeqTransformer"}[model])
     from recbole.data import create_dataset, data_preparation
     from recbole.utils import init_seed
 
     sys.argv = sys.argv[:1]
+    ours = {"trim_padding": options["trim"]} if base == "ours" else {}
+    per_model = {**PAPER_KEYS} if model == "fearec" else {"train_batch_size": 2048}
     config = config_class(model=model_class, dataset=dataset_name, config_dict={
-        **PROTOCOL, **PAPER_KEYS, "checkpoint_dir": os.path.join(scratch, variant)})
+        **PROTOCOL, **per_model, **ours, "checkpoint_dir": os.path.join(scratch, variant)})
     init_seed(config["seed"], config["reproducibility"])
     train_data, _, _ = data_preparation(config, create_dataset(config))
     return config, model_class, train_data
 
 
 def worker_startup(variant: str, args) -> dict:
-    config, model_class, train_data = setup(variant.removesuffix("-bf16"), "fearec-ml1m", args.scratch)
+    config, model_class, train_data = setup(variant, "fearec-ml1m", args.scratch, args.model)
     dataset = train_data._dataset
     total = len(dataset.inter_feat)
     if args.startup_samples and args.startup_samples < total:
@@ -100,8 +132,11 @@ def worker_startup(variant: str, args) -> dict:
 def worker_epoch(variant: str, args) -> dict:
     import torch
 
-    config, model_class, train_data = setup(variant.removesuffix("-bf16"), "fearec-beauty", args.scratch)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16"))
+    from recbole_ext.data.bucketing import BucketedEpoch
+
+    config, model_class, train_data = setup(variant, "fearec-beauty", args.scratch, args.model)
+    options = variant_options(variant)[1]
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=options["bf16"])
     started = time.perf_counter()
     model = model_class(config, train_data._dataset)
     startup = time.perf_counter() - started
@@ -109,7 +144,8 @@ def worker_epoch(variant: str, args) -> dict:
     model.train()
     times, losses = [], []
     epoch_started = time.perf_counter()
-    for index, interaction in enumerate(train_data):  # loader time counts: it is part of an epoch
+    batches = BucketedEpoch(train_data, options["bucket"], config["ITEM_LIST_LENGTH_FIELD"]) if options["bucket"] else train_data
+    for index, interaction in enumerate(batches):  # loader time counts: it is part of an epoch
         if args.epoch_batches and index >= args.epoch_batches:
             break
         step_started = time.perf_counter()
@@ -128,7 +164,7 @@ def worker_epoch(variant: str, args) -> dict:
 
 
 def run_worker(task: str, variant: str, args, scratch: str) -> dict:
-    command = [sys.executable, __file__, "--worker", f"{task}:{variant}", "--scratch", scratch,
+    command = [sys.executable, __file__, "--worker", f"{task}:{variant}", "--scratch", scratch, "--model", args.model,
                "--threads", str(args.threads), "--epoch-batches", str(args.epoch_batches),
                "--startup-samples", str(args.startup_samples)]
     output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=ROOT).stdout
@@ -143,6 +179,7 @@ def ratio(results: dict, variant: str, key: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="fearec")
     parser.add_argument("--quick", action="store_true", help="smoke mode: 5 batches, 20k-sample startup slice")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--epoch-batches", type=int, default=0, help="stop the epoch after N batches (0: whole epoch)")
@@ -150,7 +187,7 @@ def main() -> None:
                         help="build the ML-1M same-target table from the first N training samples (0: all)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--tasks", default="startup,epoch")
-    parser.add_argument("--json", default=None, help=f"results file (default: {RESULTS.relative_to(ROOT)}; none in --quick)")
+    parser.add_argument("--json", default=None, help="results file (default: benchmarks/results/<model>_epoch.json; none in --quick)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -171,11 +208,13 @@ def main() -> None:
     import tempfile
 
     variants, tasks = args.variants.split(","), args.tasks.split(",")
+    if args.model != "fearec" and "startup" in tasks:
+        raise SystemExit("the startup task measures FEARec's same-target table: use --model fearec or --tasks epoch")
     results: dict[str, dict] = {task: {} for task in tasks}
     with tempfile.TemporaryDirectory() as scratch:
         for task in tasks:
             for variant in variants:
-                if not (task == "startup" and variant.endswith("bf16")):  # construction has no autocast
+                if not (task == "startup" and variant_options(variant)[1]["bf16"]):  # construction has no autocast
                     results[task][variant] = run_worker(task, variant, args, scratch)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"{time.strftime('%Y-%m-%d')}{'; QUICK MODE (smoke only, numbers mean nothing)' if args.quick else ''}")
@@ -185,7 +224,7 @@ def main() -> None:
         for variant, row in results["startup"].items():
             print(f"{variant:<12} {row['samples']:>9} {row['startup_s']:>10.2f} {ratio(results['startup'], variant, 'startup_s'):>9}")
     if "epoch" in results:
-        print("\nBeauty training epoch (paper's model, batch 256)")
+        print(f"\nBeauty training epoch ({args.model}, batch {2048 if args.model == 'sasrec' else 256})")
         print(f"{'variant':<12} {'batches':>9} {'s/batch':>8} {'vs stock':>9} {'epoch s':>9} {'vs stock':>9} {'build s':>8}")
         for variant, row in results["epoch"].items():
             print(f"{variant:<12} {row['batches']:>4}/{row['all_batches']:<4} {row['median_s_per_batch']:>8.3f} "
@@ -193,7 +232,7 @@ def main() -> None:
                   f"{ratio(results['epoch'], variant, 'epoch_s'):>9} {row['beauty_startup_s']:>8.2f}")
     results["meta"] = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                        "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:]}
-    target = args.json or (None if args.quick else RESULTS)
+    target = args.json or (None if args.quick else ROOT / "benchmarks" / "results" / f"{MODELS[args.model]}.json")
     if target:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(json.dumps(results, indent=2))

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from recbole_ext.nn.context import AttentionContext, TransformerDims
@@ -41,11 +42,16 @@ class QKVAttention(AttentionPart):
         self.dense = nn.Linear(dims.hidden_size, dims.hidden_size)
 
     def project(self, hidden: torch.Tensor, context: AttentionContext):
-        """Per-head Q, K, V ([B, H, L, d]) with the position part's rotation applied to Q and K."""
-        heads = self.dims.n_heads
-        query = split_heads(self.query(hidden), heads)
-        key = split_heads(self.key(hidden), heads)
-        value = split_heads(self.value(hidden), heads)
+        """Per-head Q, K, V ([B, H, L, d]) with the position part's rotation applied to Q and K.
+
+        One GEMM against the three weights stacked (the layers stay separate, under RecBole's
+        names): on CPU a [B·L, D]×[D, 3D] product, forward and backward, is ~25% cheaper than
+        three [B·L, D]×[D, D] ones (``benchmarks/train_step.py``)."""
+        batch, length, _ = hidden.shape
+        weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
+        bias = torch.cat((self.query.bias, self.key.bias, self.value.bias))
+        projected = F.linear(hidden, weight, bias).view(batch, length, 3, self.dims.n_heads, -1)
+        query, key, value = projected.permute(2, 0, 3, 1, 4).unbind(0)
         query, key = context.position.rotate_query_key(query, key, context)
         return query, key, value
 
