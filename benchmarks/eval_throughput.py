@@ -22,7 +22,8 @@ Printed per dataset: median seconds per evaluation and users/s, the ratio to sto
 rounds, range in brackets), the largest metric gap to stock (``ours-fp32`` must be ~1e-6: same
 weights, same scores; bf16 may differ a little), and, from one extra profiled evaluation per
 variant, where the time goes: the loader's collate (RecBole's ``collate_fn``), the model's
-``full_sort_predict``, the collector (top-k, positives) and the final metric computation; ``other``
+``full_sort_predict`` (for ours split into the encoder, ``forward``, and ``scoring``, the
+user-by-item matmul of ``backbone.score_all``; stock's forward includes its matmul), the collector (top-k, positives) and the final metric computation; ``other``
 is the rest of the loop (padding-row masking, iteration). Also printed: the largest score gap to
 stock on the first test batch. ``--quick``: smoke mode (ml-100k, stock and ours-fp32 unless
 ``--variants``, one round, one timed evaluation; its numbers mean nothing). ``--json``: also write
@@ -83,14 +84,18 @@ def profiled_evaluation(trainer, test_data, autocast) -> dict:
     totals: dict[str, float] = {}
     test_data.collate_fn = timed(test_data.collate_fn, totals, "collate")  # torch reads it per iterator
     trainer.model.full_sort_predict = timed(trainer.model.full_sort_predict, totals, "forward")
+    backbone = getattr(trainer.model, "backbone", None)  # ours: the scoring matmul apart from the encoder
+    if backbone is not None:
+        backbone.score_all = timed(backbone.score_all, totals, "scoring")
     trainer.eval_collector.eval_batch_collect = timed(trainer.eval_collector.eval_batch_collect, totals, "collector")
     trainer.evaluator.evaluate = timed(trainer.evaluator.evaluate, totals, "metrics")
     started = time.perf_counter()
     with autocast:
         trainer.evaluate(test_data, load_best_model=False)
     total = time.perf_counter() - started
-    for name in ("collate", "forward", "collector", "metrics"):
+    for name in ("collate", "forward", "scoring", "collector", "metrics"):
         totals.setdefault(name, 0.0)
+    totals["forward"] -= totals["scoring"]  # scoring runs inside full_sort_predict
     return {**totals, "other": total - sum(totals.values()), "total": total}
 
 
@@ -172,8 +177,9 @@ def report(dataset: str, variants: list[str], rounds: list[dict]) -> None:
         fp32_gap = max(metric_gap(r["ours-fp32"], r["stock"]) for r in rounds)
         verdict = "OK" if fp32_gap <= EXACT_METRIC_GAP else "MISMATCH"
         print(f"ours-fp32 metrics vs stock: {verdict} (largest gap {fp32_gap:.2e}, allowed {EXACT_METRIC_GAP:.0e})")
-    parts = ("collate", "forward", "collector", "metrics", "other")
-    print(f"where one evaluation's time goes (profiled run, share of its total; last round)")
+    parts = ("collate", "forward", "scoring", "collector", "metrics", "other")
+    print("where one evaluation's time goes (profiled run, share of its total; last round; forward: the "
+          "model's full_sort_predict less scoring, ours' user-by-item matmul, which stock's forward includes)")
     print(f"{'variant':<12} {'total s':>8} " + " ".join(f"{part:>10}" for part in parts))
     for variant in variants:
         profile = rounds[-1][variant]["profile"]
