@@ -66,6 +66,36 @@ def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> t
     return x.cumsum(dim=-2) if causal else x.sum(dim=-2, keepdim=True)
 
 
+class _EluL2Normalize(torch.autograd.Function):
+    """y = scale · elu(x) / max(‖elu(x)‖₂, eps) over the last dimension (LinRec's ρ(elu(·)), Eq. 6 and 8),
+    saving only ``x`` for backward and recomputing the rest there. Autograd's composition would
+    keep elu(x), the norms and the quotient alive per layer: at N = 200 those are most of what
+    separates LinRec's peak memory from ⅓ of softmax's (``benchmarks/linrec_scaling.py``)."""
+
+    @staticmethod
+    def forward(ctx, x, eps, scale):
+        ctx.eps, ctx.scale = eps, scale
+        ctx.save_for_backward(x)  # a view of the Q/K/V projection, which stays alive anyway
+        return F.normalize(F.elu(x), dim=-1, eps=eps).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        features = F.elu(x)
+        norm = features.norm(dim=-1, keepdim=True)
+        divisor = norm.clamp_min(ctx.eps)
+        normalized = features / divisor
+        grad = grad * ctx.scale
+        # d(e/max(‖e‖, eps))/de: (g − y (y·g)) / ‖e‖ above eps, g / eps below (a constant divisor).
+        projection = (normalized * grad).sum(-1, keepdim=True) * (norm > ctx.eps)
+        grad_features = (grad - normalized * projection) / divisor
+        return grad_features * torch.where(x > 0, 1.0, features + 1.0), None, None  # elu' = elu + 1 below 0
+
+
+def elu_l2_normalize(x: torch.Tensor, eps: float, scale: float = 1.0) -> torch.Tensor:
+    return _EluL2Normalize.apply(x, eps, scale)
+
+
 @dataclass(frozen=True)
 class LinearAttentionOptions:
     # none: authors' code (bidirectional, padding included); padding; causal; auto (follow the backbone)
@@ -158,11 +188,13 @@ class LinRecAttention(KernelAttention):
 
     def feature_maps(self, query, key, valid, causal):
         options = self.options
+        head_scale = math.sqrt(self.dims.head_size)
+        if options.elu and options.l2 and options.norm == "code":  # the default, in the memory-lean form
+            return elu_l2_normalize(query, options.eps, 1 / head_scale), elu_l2_normalize(key, options.eps)
         if options.elu:  # Eq. (8), applied before the normalisation
             query, key = F.elu(query), F.elu(key)
         if options.l2:  # ρ1 (Eq. 6): per query token over its d_head features
             query = F.normalize(query, dim=-1, eps=options.eps)
-        head_scale = math.sqrt(self.dims.head_size)
         if options.norm == "code":
             if options.l2:
                 key = F.normalize(key, dim=-1, eps=options.eps)

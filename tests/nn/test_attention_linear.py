@@ -254,3 +254,19 @@ def test_a_logit_bias_position_is_refused_not_ignored():
     context = AttentionContext(item_seq=ITEM_SEQ, causal=True, position=BiasPosition(None, DIMS))
     with pytest.raises(ValueError, match="BiasPosition"):
         part(torch.randn(2, 7, DIMS.hidden_size), context)
+
+
+def test_memory_lean_feature_map_has_autograds_gradient():
+    from recbole_ext.nn.attention_linear import elu_l2_normalize
+
+    x = torch.randn(2, 3, 5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: elu_l2_normalize(t, 1e-12, 0.25), (x,))
+    x = x.detach().clone()
+    x[0, 0, 0] = 0.0  # a degenerate row: the norm is clamped to eps there (not differentiable numerically)
+    x.requires_grad_(True)
+    reference = lambda t: torch.nn.functional.normalize(torch.nn.functional.elu(t), dim=-1, eps=1e-12) * 0.25
+    assert torch.allclose(elu_l2_normalize(x, 1e-12, 0.25), reference(x))
+    grad = torch.randn_like(x)
+    (expected,) = torch.autograd.grad(reference(x), x, grad)
+    (actual,) = torch.autograd.grad(elu_l2_normalize(x, 1e-12, 0.25), x, grad)
+    assert torch.allclose(actual, expected)
