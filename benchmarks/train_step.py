@@ -20,18 +20,19 @@ other, so process-wide settings (allocator, anomaly mode) cannot leak between th
   ``model.calculate_loss`` under ``torch.compile`` (``--compile-mode``, ``--compile-dynamic``);
   backward goes through AOTAutograd, Adam stays eager. ``--compile-fallback-random`` makes inductor
   draw random numbers as eager does, so a compiled variant's losses can be compared with its eager
-  one's (otherwise they differ by their dropout draws).
+  one's (otherwise they differ by their dropout draws). Each worker compiles with an empty inductor
+  cache (a first run's compile time) unless ``--warm-compile-cache``.
 - ``<variant>+trand`` (experiment, patched in that worker only): fast dropout with ``torch.rand``
   in place of numpy's generator, which torch.compile cannot trace (one graph break per dropout).
 
 Printed: median seconds per step (forward + backward + Adam) over the timed steps, the ratio to
 stock and to the eager counterpart (compiled / ``+trand`` variants), the first step's time (with
 compilation), achieved GFLOP/s (:func:`sasrec_step_flops`, the analytic GEMM FLOPs of the step, over
-the median time) and its fraction of this machine's GEMM peak of the same dtype
+the median time; the trimmed length when the model trims) and its fraction of this machine's GEMM peak of the same dtype
 (``benchmarks/matmul_peak.py``'s results, run it first), minor page faults per step, the largest gap
 between a variant's per-step losses and stock's (``ours-exact`` must be ~1e-6: same model, same
-numbers; the others differ by their dropout draws) and its eager counterpart's, and dynamo's graph,
-graph-break and recompile counts. ``--probe-lengths 50,37,21,8,3,1,44`` then runs steps at those
+numbers; the others differ by their dropout draws) and its eager counterpart's, and dynamo's graph
+and graph-break counts. ``--probe-lengths 50,37,21,8,3,1,44`` then runs steps at those
 sequence lengths (the shapes trailing-padding trimming produces) and prints the first step at each
 new length (recompilation included) and the second. Run it with nothing else busy on the machine.
 """
@@ -171,8 +172,12 @@ def step_flops(config, model, interaction) -> int:
 
 def compile_loss(model, args):
     """``model.calculate_loss`` under torch.compile with the benchmark's ``--compile-*`` options."""
+    import tempfile
+
     import torch
 
+    if not getattr(args, "warm_compile_cache", False):  # a cold compile, as a first run sees it
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-", dir=args.scratch)
     torch._inductor.config.fallback_random = getattr(args, "compile_fallback_random", False)
     mode = getattr(args, "compile_mode", "default")
     dynamic = {"none": None, "true": True, "false": False}[getattr(args, "compile_dynamic", "none")]
@@ -180,12 +185,10 @@ def compile_loss(model, args):
 
 
 def dynamo_stats() -> dict:
-    """Graphs compiled so far, graph breaks (by count) and recompilations, from dynamo's counters."""
+    """Graphs compiled so far and graph breaks (by count), from dynamo's counters."""
     from torch._dynamo.utils import counters
 
-    return {"unique_graphs": counters["stats"]["unique_graphs"],
-            "graph_breaks": sum(counters["graph_break"].values()),
-            "recompiles": sum(counters["recompiles"].values())}
+    return {"unique_graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values())}
 
 
 def at_length(model, interaction, length: int):
@@ -266,7 +269,6 @@ def worker(variant: str, args) -> dict:
             if compiled:
                 after = dynamo_stats()
                 entry["new_graphs"] = after["unique_graphs"] - before["unique_graphs"]
-                entry["recompiles"] = after["recompiles"] - before["recompiles"]
             result["length_probe"].append(entry)
     return result
 
@@ -314,6 +316,9 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch.compile's dynamic= (none: static first, dynamic after a shape changes)")
     parser.add_argument("--compile-fallback-random", action="store_true",
                         help="inductor draws random numbers as eager does: compiled losses comparable to eager")
+    parser.add_argument("--warm-compile-cache", action="store_true",
+                        help="reuse inductor's on-disk cache (default: a fresh one per worker, so the first step "
+                             "shows a cold compile)")
     parser.add_argument("--probe-lengths", default="",
                         help="after the timed steps, steps at these lengths (e.g. 50,37,21,8,3,1,44): recompiles, s/step")
 
@@ -351,7 +356,8 @@ def main() -> None:
 
     variants = args.variants.split(",")
     forwarded = ["--compile-mode", args.compile_mode, "--compile-dynamic", args.compile_dynamic,
-                 "--probe-lengths", args.probe_lengths] + (["--compile-fallback-random"] if args.compile_fallback_random else [])
+                 "--probe-lengths", args.probe_lengths] + (["--compile-fallback-random"] if args.compile_fallback_random else []) \
+        + (["--warm-compile-cache"] if args.warm_compile_cache else [])
     rounds = run_rounds(__file__, variants, args, forwarded)
     peaks = load_peaks(args.peak)
     import platform
@@ -359,7 +365,7 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{rounds[0][variants[0]]['threads']}; batch {args.batch}, length {args.length}; {args.rounds} rounds of "
           f"{args.steps} timed steps after {args.warmup} warm-up; medians over rounds, ratio range in brackets")
-    print(f"compile: mode {args.compile_mode}, dynamic {args.compile_dynamic}, fallback_random "
+    print(f"compile: mode {args.compile_mode}, dynamic {args.compile_dynamic}, warm cache {args.warm_compile_cache}, fallback_random "
           f"{args.compile_fallback_random}; peak GFLOP/s from {args.peak}: {peaks or 'not measured'}")
     print(f"{'variant':<24} {'s/step':>8} {'vs stock':>18} {'vs eager':>18} {'1st step s':>10} {'GFLOP/s':>8} "
           f"{'of peak':>7} {'faults/step':>11}  anomaly  {'|Δloss| stock':>13} {'|Δloss| eager':>13}  dynamo")
