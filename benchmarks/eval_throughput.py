@@ -133,6 +133,10 @@ def worker(variant: str, args) -> dict:
         trainer_type = trainer_class(config)
     trainer = trainer_type(config, model)
     score_gap = first_batch_score_gap(variant, model, test_data, args.scratch)
+    if getattr(model, "trims_padding", False):  # as recbole_ext.runner.build: rows by length (same metrics)
+        from recbole_ext.models.trimming import sort_evaluation_by_length
+
+        sort_evaluation_by_length([test_data], config["ITEM_LIST_LENGTH_FIELD"])
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16"))
     times = []
     for index in range(args.warmup + args.steps):

@@ -108,3 +108,30 @@ def test_nan_loss_is_a_one_line_error(in_tmp, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "training loss is NaN in epoch" in err, err
     assert json.loads((in_tmp / "runs" / "nan" / "metrics.json").read_text())["status"] == "failed"
+
+
+def test_one_positive_collector_matches_recboles():
+    from recbole.evaluator.collector import Collector
+
+    from recbole_ext.trainer import OnePositiveCollector
+
+    from .conftest import tiny_recbole_config
+
+    config = tiny_recbole_config(metrics="[Recall, NDCG, MRR, Hit, Precision, ItemCoverage]")
+    scores = torch.randn(64, 300)
+    scores[:, 0] = -torch.inf
+    scores[3, 7] = scores[3].max()  # a tie at the top
+    targets = torch.randint(1, 300, (64,))
+    resources = []
+    for collector_class in (Collector, OnePositiveCollector):
+        collector = collector_class(config)
+        collector.eval_batch_collect(scores, None, torch.arange(64), targets)
+        resources.append(collector.get_data_struct())
+    for key in ("rec.topk", "rec.items"):
+        assert torch.equal(resources[0].get(key), resources[1].get(key)), key
+
+
+def test_compiled_training_runs(in_tmp):
+    result = run(TINY_DATA, ["model=SeqTransformer", "epochs=1", "compile=true", "hidden_size=16", "inner_size=32",
+                             "n_layers=1"])
+    assert result.test_result and all(v == v for v in result.test_result.values())

@@ -15,7 +15,7 @@ from typing import Any
 
 from recbole_ext.config.loader import MergedConfig, apply_overrides, load_config_chain
 from recbole_ext.config.schema import (
-    FRAMEWORK_KEYS, Key, key_from_default, recbole_dataset_defaults, recbole_general_defaults,
+    FRAMEWORK_KEYS, RECBOLE_UNDECLARED_MODEL_KEYS, Key, key_from_default, recbole_dataset_defaults, recbole_general_defaults,
     recbole_model_defaults,
 )
 from recbole_ext.errors import ConfigError, did_you_mean
@@ -56,10 +56,14 @@ def known_keys(model_class: type, info: ModelInfo, dataset: str, model_defaults:
     """Every accepted key → its Key (None: accepted, not type-checked)."""
     keys: dict[str, Key | None] = {}
     general = {**recbole_general_defaults(), **recbole_dataset_defaults(dataset)}
-    for name, default in {**general, **model_defaults}.items():
+    for name, default in general.items():
         keys[name] = key_from_default(name, default)
+    for name, default in model_defaults.items():
+        keys[name] = key_from_default(name, default, int_may_be_float=info.source == "recbole")
     keys.update(FRAMEWORK_KEYS)
     keys.update(getattr(model_class, "CONFIG_SCHEMA", {}))
+    if info.source == "recbole":
+        keys.update(dict.fromkeys(RECBOLE_UNDECLARED_MODEL_KEYS.get(info.name, ()), None))
     return keys
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -65,6 +66,8 @@ FRAMEWORK_KEYS: dict[str, Key] = {
     "output_dir": Key(str, "parent directory of run directories"),
     "run_name": Key(str | None, "run directory name (default: time-model-dataset-id)"),
     "num_threads": Key(int | None, "torch intra-op threads (default: torch's choice)", in_range(1)),
+    "compile": Key(bool, "torch.compile the training loss (off by default: no gain on this project's CPU; "
+                         "docs/performance.md)"),
     "length_bucketing": Key(int, "training batches from length-sorted pools of this many batches; 0 = off "
                                  "(data/bucketing.py)", in_range(0)),
 }
@@ -88,6 +91,18 @@ RECBOLE_EXTRA_KEYS = {
     "numerical_features", "discretization", "benchmark_filename", "valid_neg_sample_args",
     "test_neg_sample_args", "eval_neg_sample_args", "ft_ratio", "config_file", "log_dir",
 }
+
+
+# Keys RecBole's models read although their own property YAML does not name them (found by
+# scanning ``config["..."]`` in recbole/model/sequential_recommender against the YAMLs; ``device``
+# and the BERT4Rec/SHAN field names are set by RecBole itself).
+RECBOLE_UNDECLARED_MODEL_KEYS = {
+    "FEARec": {"contrast", "tau", "sim", "use_filter"},
+    "HRM": {"reg_weight"},
+}
+
+
+COUNT_NAME = re.compile(r"(^n_|^num|_num$|size|len|layer|head|step|epoch|batch|seed|hop|window|order|dim|^k$|topk$)")
 
 
 def recbole_properties_dir() -> Path:
@@ -128,13 +143,18 @@ def recbole_dataset_defaults(dataset: str) -> dict[str, Any]:
     return read_plain_yaml(path) if path.is_file() else {}
 
 
-def key_from_default(name: str, default: Any) -> Key | None:
-    """A lenient Key for a RecBole key, inferred from its default's type (None: no check)."""
+def key_from_default(name: str, default: Any, int_may_be_float: bool = False) -> Key | None:
+    """A lenient Key for a RecBole key, inferred from its default's type (None: no check).
+
+    ``int_may_be_float``: RecBole's model YAMLs write some ratios as integers (FEARec's
+    ``global_ratio: 1``, ``spatial_ratio: 0``), so there an integer default admits floats too,
+    unless its name says it counts something (``n_layers``, ``hidden_size``, ...)."""
     check = RECBOLE_RANGES.get(name)
     if isinstance(default, bool):
         return Key(bool, check=check)
     if isinstance(default, int):
-        return Key(int, check=check)
+        numeric = int_may_be_float and name not in RECBOLE_RANGES and not COUNT_NAME.search(name)
+        return Key(int | float if numeric else int, check=check)
     if isinstance(default, float):
         return Key(float, check=check)
     if check is not None:

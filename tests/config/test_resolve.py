@@ -195,3 +195,18 @@ def test_dotted_set_edits_a_list_that_only_the_model_defaults_define():
     resolved = resolve(TINY_DATA, ["model=Denoiser", f"aux_losses.{label}.weight=0.125"])
     assert resolved.values["aux_losses"][-1]["weight"] == 0.125
     assert resolved.values["aux_losses"][:-1] == defaults[:-1]
+
+
+def test_keys_a_recbole_model_reads_without_declaring_them_are_accepted():
+    """RecBole's FEARec reads contrast/tau/sim, which its FEARec.yaml does not list."""
+    resolved = resolve(TINY_DATA, ["model=FEARec", "contrast=us_x", "tau=1", "sim=dot"])
+    assert resolved.values["contrast"] == "us_x"
+    with pytest.raises(ConfigError, match="unknown key 'contrst'"):
+        resolve(TINY_DATA, ["model=FEARec", "contrst=us_x"])
+
+
+def test_integer_defaults_of_recbole_models_accept_floats():
+    """RecBole's FEARec.yaml writes global_ratio: 1; the paper's value is 0.8."""
+    assert resolve(TINY_DATA, ["model=FEARec", "global_ratio=0.8"]).values["global_ratio"] == 0.8
+    with pytest.raises(ConfigError, match="epochs"):
+        resolve(TINY_DATA, ["model=FEARec", "epochs=1.5"])

@@ -1,0 +1,170 @@
+"""Training-step time of every paper model against RecBole's SASRec and FEARec, on CPU or CUDA.
+
+    python benchmarks/model_steps.py [--device cpu|cuda] [--models SASRec,FEARec,SeqTransformer,...]
+                                     [--precision fp32,bf16] [--compile] [--rounds 2] [--steps 8]
+                                     [--batch 2048] [--length 50] [--json PATH] [--quick]
+
+ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
+2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model. Each model runs in
+a fresh subprocess on the same pre-fetched training batches, through our config resolver, with
+its registered defaults (our presets: the paper's settings, e.g. EulerFormer with phase-contrastive
+learning, Denoiser with its mask gradient, L0 and Jacobian terms, FEARecExt with CReg and FReg).
+RecBole's ``FEARec`` gets the paper's keys (``benchmarks/epoch.py`` ``PAPER_KEYS``), since its own
+defaults switch the paper's losses off. RecBole's models run in our process setup (anomaly mode off,
+allocator tuned): this table compares models; ``benchmarks/train_step.py`` compares against RecBole
+as a user gets it.
+
+Printed per model and precision: median seconds per step (forward, backward, Adam; CUDA
+synchronised), its ratio to our ``SeqTransformer`` (SASRec-equivalent) and to RecBole's
+``SASRec`` and ``FEARec`` in the same run, and CUDA peak memory. Rounds alternate the models.
+``--compile`` wraps ``calculate_loss`` in ``torch.compile`` (see docs/performance.md for when it
+helps). ``--quick``: smoke run (tiny sizes, 1 round, 1 step); its numbers mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+DEFAULT_MODELS = ("SASRec", "FEARec", "SeqTransformer", "EulerFormer", "FEARecExt", "DuoRecExt", "LinRec", "Denoiser",
+                  "TiSASRec", "SASRecCAPE", "SASRecCoPE")
+SIZES = {"n_layers": 2, "n_heads": 2, "hidden_size": 64, "inner_size": 256, "hidden_dropout_prob": 0.5,
+         "attn_dropout_prob": 0.5}
+BASELINES = ("SeqTransformer", "SASRec", "FEARec")
+
+
+def worker(model_name: str, precision: str, args) -> dict:
+    import torch
+
+    import recbole_ext  # noqa: F401  (compat)
+    from epoch import PAPER_KEYS
+    from recbole_ext.config import resolve
+    from recbole_ext.runner import build, recbole_config
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    values = {"model": model_name, "dataset": "ml-100k", "train_batch_size": args.batch,
+              "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE", "use_gpu": args.device == "cuda",
+              "show_progress": False, "state": "ERROR", **SIZES, **(PAPER_KEYS if model_name == "FEARec" else {})}
+    resolved = resolve(ROOT / "configs" / "base" / "ml100k.yaml", [], values)
+    config = recbole_config(resolved, checkpoint_dir=Path(args.scratch) / model_name)
+    model, _, (train_data, _, _) = build(config)
+    device = torch.device(config["device"])
+    batches = []
+    for interaction in train_data:
+        batches.append(interaction.to(device))
+        if len(batches) == args.warmup + args.steps:
+            break
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_function = torch.compile(model.calculate_loss) if args.compile else model.calculate_loss
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    def synchronize():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    model.train()
+    times = []
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for index, interaction in enumerate(batches):
+        synchronize()
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = loss_function(interaction)
+            loss = sum(loss) if isinstance(loss, tuple) else loss
+        loss.backward()
+        optimizer.step()
+        synchronize()
+        if index >= args.warmup:
+            times.append(time.perf_counter() - started)
+    return {"model": model_name, "precision": precision, "median_s_per_step": statistics.median(times),
+            "peak_memory_mb": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(), "trims_padding": bool(getattr(model, "trims_padding", False))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    parser.add_argument("--precision", default="fp32,bf16", help="fp32, bf16 or both")
+    parser.add_argument("--compile", action="store_true", help="torch.compile(calculate_loss)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="smoke run: batch 64, length 20, 1 round, 1 step")
+    parser.add_argument("--json", default=None, help="results file (default: benchmarks/results/model_steps_<device>.json)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.quick:
+        args.batch, args.length, args.rounds, args.steps, args.warmup = 64, 20, 1, 1, 1
+
+    if args.worker:
+        model_name, _, precision = args.worker.partition(":")
+        print(json.dumps(worker(model_name, precision, args)))
+        return
+
+    models, precisions = args.models.split(","), args.precision.split(",")
+    cells = [(m, p) for p in precisions for m in models]
+    rounds: list[dict[str, dict]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for _ in range(args.rounds):
+            results = {}
+            for model_name, precision in cells:
+                command = [sys.executable, __file__, "--worker", f"{model_name}:{precision}", "--scratch", scratch,
+                           "--device", args.device, "--batch", str(args.batch), "--length", str(args.length),
+                           "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
+                           *(["--compile"] if args.compile else [])]
+                done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+                if done.returncode:
+                    raise SystemExit(f"{model_name} ({precision}) failed:\n{done.stderr[-3000:]}")
+                results[f"{model_name}:{precision}"] = json.loads(done.stdout.strip().splitlines()[-1])
+            rounds.append(results)
+
+    first = next(iter(rounds[0].values()))
+    print(f"device: {first['device']} ({args.device}), torch threads {first['threads']}; ml-100k, batch {args.batch}, "
+          f"length {args.length}; {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up; "
+          f"{time.strftime('%Y-%m-%d')}{'; compiled' if args.compile else ''}"
+          f"{'; QUICK MODE (smoke only, numbers mean nothing)' if args.quick else ''}")
+    header = f"{'model':<15} {'prec':<5} {'s/step':>8} " + " ".join(f"{'vs ' + b:>17}" for b in BASELINES) + f" {'peak MB':>8}"
+    print(header)
+    summary = []
+    for model_name, precision in cells:
+        key = f"{model_name}:{precision}"
+        seconds = statistics.median(r[key]["median_s_per_step"] for r in rounds)
+        ratios = {}
+        for baseline in BASELINES:
+            base = f"{baseline}:{precision}"
+            if base in rounds[0]:  # per-round ratio (same round = same machine state), median over rounds
+                ratios[baseline] = statistics.median(r[key]["median_s_per_step"] / r[base]["median_s_per_step"] for r in rounds)
+        peak = rounds[-1][key]["peak_memory_mb"]
+        summary.append({"model": model_name, "precision": precision, "median_s_per_step": seconds,
+                        "time_over": ratios, "peak_memory_mb": peak, "trims_padding": rounds[-1][key]["trims_padding"]})
+        print(f"{model_name:<15} {precision:<5} {seconds:>8.3f} "
+              + " ".join(f"{(f'{ratios[b]:.2f}x' if b in ratios else '-'):>17}" for b in BASELINES)
+              + f" {('-' if peak is None else f'{peak:.0f}'):>8}")
+    print("(ratios are time over the baseline's time: < 1 is faster)")
+    target = args.json or (None if args.quick else ROOT / "benchmarks" / "results" / f"model_steps_{args.device}.json")
+    if target:
+        Path(target).write_text(json.dumps({"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
+                                            "summary": summary, "rounds": rounds}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
