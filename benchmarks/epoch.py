@@ -132,10 +132,10 @@ def worker_startup(variant: str, args) -> dict:
 def worker_epoch(variant: str, args) -> dict:
     import torch
 
-    from recbole_ext.data.bucketing import BucketedEpoch
-
     config, model_class, train_data = setup(variant, "fearec-beauty", args.scratch, args.model)
     options = variant_options(variant)[1]
+    if options["bucket"]:  # imported only here: importing recbole_ext turns anomaly mode off (stock keeps it)
+        from recbole_ext.data.bucketing import BucketedEpoch
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=options["bf16"])
     started = time.perf_counter()
     model = model_class(config, train_data._dataset)
@@ -157,6 +157,8 @@ def worker_epoch(variant: str, args) -> dict:
         optimizer.step()
         times.append(time.perf_counter() - step_started)
         losses.append(loss.item())
+    if variant_options(variant)[0] == "stock" and not torch.is_anomaly_enabled():
+        raise SystemExit("stock ran without RecBole's anomaly mode: something imported recbole_ext")
     return {"variant": variant, "beauty_startup_s": startup, "epoch_s": time.perf_counter() - epoch_started,
             "batches": len(times), "all_batches": len(train_data), "median_s_per_batch": statistics.median(times),
             "first_loss": losses[0], "last_loss": losses[-1], "threads": torch.get_num_threads(),

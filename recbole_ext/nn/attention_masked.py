@@ -223,5 +223,5 @@ class TimeIntervalAttention(SoftmaxAttention):
             scores = scores + bias
         probs = self.attn_dropout(self.probabilities(scores, context))
         # Σ_j α_ij r^V_ij = Σ_b (Σ_{j: r_ij = b} α_ij) r^V_b: pool the probabilities per bucket.
-        bucket_mass = torch.zeros_like(bucket_scores).scatter_add_(-1, buckets, probs)
+        bucket_mass = torch.zeros_like(bucket_scores, dtype=probs.dtype).scatter_add_(-1, buckets, probs)
         return torch.matmul(probs, value) + torch.matmul(bucket_mass, self._per_head(self.interval_value.weight))

@@ -1,4 +1,5 @@
-"""Trailing-padding trimming is exact wherever a part declares it (``models/trimming.py``).
+"""Trailing-padding trimming is exact wherever a part declares it (``models/trimming.py``); and
+every part trains under bf16 autocast.
 
 For every registered attention part, position part, backbone and auxiliary loss: a model whose
 parts all declare exactness gives the same full-sort scores, sampled-item scores and losses (main
@@ -120,12 +121,24 @@ def test_trimmed_batches_give_the_same_outputs_where_declared_exact(loaders, set
     sampled_terms = {1 + i for i, spec in enumerate(model.aux_specs) if spec.part.name == "jacobian_penalty"}
     same = [torch.allclose(a, b, atol=1e-5, rtol=1e-5)
             for index, (a, b) in enumerate(zip(untrimmed, trimmed)) if index not in sampled_terms]
+    assert_trains_under_bf16(model, train_batch)
     if declared_exact(model):
         assert model.trims_padding
         assert all(same), f"outputs differ under trimming: {same}"
     else:
         assert not model.trims_padding
         assert not all(same), "declared inexact, but trimming changes nothing: declare it exact"
+
+
+def assert_trains_under_bf16(model, batch) -> None:
+    """Every part also runs under bfloat16 autocast (``bf16: true``): finite loss and gradients."""
+    model = copy.deepcopy(model).train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = model.calculate_loss(batch)
+    loss = sum(losses) if isinstance(losses, tuple) else losses
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
 def test_trim_batch_cuts_only_per_position_fields():
