@@ -1,5 +1,6 @@
-"""RecBole's trainer loop, plus: named loss terms, per-epoch history, bf16 autocast, length-bucketed
-batches (``length_bucketing``, ``data/bucketing.py``), a run directory.
+"""RecBole's trainer loop, plus: named loss terms, per-epoch history, bf16 autocast, ``compile``,
+length-bucketed batches (``length_bucketing``, ``data/bucketing.py``), a faster evaluation
+collector (:class:`OnePositiveCollector`), a run directory.
 
 :func:`trainer_class` puts :class:`RunTrainerMixin` in front of whatever trainer RecBole would
 use for a model (``Trainer`` for sequential models), so early stopping, evaluation and metrics
