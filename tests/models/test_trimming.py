@@ -164,6 +164,8 @@ def test_length_buckets_cover_every_row_once_with_similar_lengths():
     assert spread <= 10  # uniform batches would span ~49
     again = bucketed_index_batches(lengths, 256, 8, torch.Generator().manual_seed(0))
     assert all(torch.equal(a, b) for a, b in zip(batches, again))
+    with pytest.raises(ValueError, match="pool_batches"):
+        bucketed_index_batches(lengths, 256, 0, torch.Generator())
 
 
 def test_bucketed_training_runs_and_trimmed_sorted_evaluation_keeps_the_metrics(in_tmp):
