@@ -10,8 +10,9 @@ Exactness is declared by each part (``exact_under_trailing_trim`` on attention a
 backbones and auxiliary losses) and checked for every registered part by
 ``tests/models/test_trimming.py`` (trimmed and untrimmed batches give the same logits and losses).
 A model trims only when *every* module that declares the attribute says true; parts that are not
-exact (FEARec's FFT over a fixed N, LinRec's unmasked ``none`` variant, CAPE's official gates, the
-phase-contrastive loss that averages over padding) keep the full length.
+exact (FEARec's FFT over a fixed N, LinRec's unmasked ``none`` variant, Efficient Attention's
+softmax over all positions, CAPE's official gates, the phase-contrastive loss that averages over
+padding) keep the full length.
 
 Trimming only pays when the longest sequence of a batch is short. Two helpers make that common:
 :func:`sort_evaluation_by_length` orders full-sort evaluation rows by length (RecBole's sequential
