@@ -28,6 +28,7 @@ from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
 from recbole_ext.models.trimming import declared_exact, trim_batch
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
+from recbole_ext.nn.context import MainPassReplay
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.transformer import ACTIVATIONS
@@ -154,9 +155,15 @@ class SeqTransformer(SequentialRecommender):
 
     def calculate_loss(self, interaction):
         interaction = self.trimmed(interaction)
+        replay = None
+        if any(loss.replays_main_pass for loss in self.aux_losses):
+            replay = MainPassReplay.capture_before(self.item_embedding.weight.device)
         main, output = self.backbone.training_loss(self, interaction)
         if not self.aux_losses:
             return main
+        if replay is not None:
+            replay.loss = main.detach()
+            output.main_pass = replay
         return (main, *(spec.weight * loss(self, interaction, output) for spec, loss in zip(self.aux_specs, self.aux_losses)))
 
     def predict(self, interaction):

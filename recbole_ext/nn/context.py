@@ -7,8 +7,9 @@ when some loss asked for it (``context.wants``), so the common path pays nothing
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
@@ -103,11 +104,41 @@ class AttentionContext:
 
 
 @dataclass
+class MainPassReplay:
+    """What an auxiliary loss needs to rerun a training step's main pass with the same randomness:
+    the random states before it and its (detached) loss. Rec-Denoiser's ARM estimator reuses the
+    main pass as its f(Z₂) and replays only Z₁ under the same dropout (``losses_denoiser.py``)."""
+
+    loss: torch.Tensor
+    cpu_state: torch.Tensor
+    cuda_state: torch.Tensor | None
+    device: torch.device
+
+    @classmethod
+    def capture_before(cls, device: torch.device) -> "MainPassReplay":
+        cuda_state = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+        return cls(torch.empty(()), torch.get_rng_state(), cuda_state, device)
+
+    @contextlib.contextmanager
+    def same_randomness(self) -> Iterator[None]:
+        """Inside, torch's random streams restart where the main pass started; outside, they go on
+        as if nothing ran (the replay consumes nothing of the step's stream)."""
+        cuda = [self.device] if self.cuda_state is not None else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.set_rng_state(self.cpu_state)
+            if self.cuda_state is not None:
+                torch.cuda.set_rng_state(self.cuda_state, self.device)
+            yield
+
+
+@dataclass
 class EncoderOutput:
     """Result of one encoder pass: the last layer's states plus whatever losses asked to record."""
 
     hidden: torch.Tensor  # [B, L, D]
     context: AttentionContext
+    # Set by the model's calculate_loss when an auxiliary loss ``replays_main_pass``.
+    main_pass: MainPassReplay | None = None
 
     @property
     def records(self) -> dict[str, list[torch.Tensor]]:

@@ -35,6 +35,9 @@ class AuxLoss(nn.Module):
     # Whether the loss's value (its distribution, for sampled losses) is unchanged when the batch's
     # trailing padding is cut off (models/trimming.py): true for losses that read only real positions.
     exact_under_trailing_trim = False
+    # Whether forward reruns the main pass (e.g. an ARM estimator): then ``calculate_loss`` records
+    # the random state before the main pass and its loss in ``output.main_pass``.
+    replays_main_pass = False
 
     # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
     # dataset, for losses that precompute from it (e.g. same-target positives).

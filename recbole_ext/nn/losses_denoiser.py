@@ -4,10 +4,12 @@ Three auxiliary losses, each logged under its name:
 
 - ``mask_gradient`` (weight 1): carries the ARM (Eq. 10) or AR (Eq. 11) estimate of
   ``∇_Φ E_Z[L_rec]`` for the ``denoiser`` attention masks. Its value is always 0; only its gradient
-  matters. The main pass uses ``Z₂ = 𝟙[U < σ(Φ)]`` (Algorithm 1) and gives Θ its gradient; this loss
-  replays the same ``U`` through the model under ``torch.no_grad()`` — ``Z₁`` and ``Z₂`` for ARM,
-  ``Z₂`` for AR — with one shared dropout state, and returns ``s − s.detach()`` for
-  ``s = Σ_l Σ Φ⁽ˡ⁾ ⊙ c⁽ˡ⁾``, where ``c = (f(Z₁) − f(Z₂))(U − ½)`` (ARM) or ``f(Z₂)(1 − 2U)`` (AR).
+  matters. The main pass uses ``Z₂ = 𝟙[U < σ(Φ)]`` (Algorithm 1) and gives Θ its gradient, and its
+  loss is ``f(Z₂)``: ARM replays only ``Z₁`` (same ``U``) under ``torch.no_grad()``, restarting
+  torch's random stream where the main pass started so both terms see the same dropout (AR needs
+  no replay at all). It returns ``s − s.detach()`` for ``s = Σ_l Σ Φ⁽ˡ⁾ ⊙ c⁽ˡ⁾``, where
+  ``c = (f(Z₁) − f(Z₂))(U − ½)`` (ARM) or ``f(Z₂)(1 − 2U)`` (AR). Called without the main pass's
+  record (``output.main_pass``, set by ``calculate_loss``), it replays ``Z₂`` too.
 - ``mask_l0`` (weight β): ``R_M = Σ_l Σ_{u,v} σ(Φ⁽ˡ⁾_{u,v})``, the expected number of kept gates (Eq. 8).
 - ``jacobian_penalty`` (weight γ): ``R_J = Σ_l ‖J⁽ˡ⁾‖_F²`` over the transformer blocks (Eq. 12),
   by Hutchinson's estimator ``‖J‖_F² = E_η ‖Jᵀη‖²``, η ~ N(0, I) on real positions, mean over
@@ -17,6 +19,8 @@ Three auxiliary losses, each logged under its name:
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -58,11 +62,12 @@ class MaskGradient(AuxLoss):
     """The ARM/AR surrogate for the mask logits Φ (use weight 1: it is the data term's gradient)."""
 
     exact_under_trailing_trim = True
+    replays_main_pass = True
 
     @dataclass(frozen=True)
     class Options:
         estimator: Literal["arm", "ar"] = "arm"  # ARM: 2 antithetic passes (paper's main results); AR: 1
-        shared_dropout: bool = True  # replay passes share one dropout state (lower variance)
+        shared_dropout: bool = True  # f(Z₁) and f(Z₂) see one dropout state (lower variance)
         # f for the estimator: the backbone's batch loss, times the batch size for "sum" (Eq. 4 sums
         # over sequences, so β of the paper's grid is weighed against a summed loss), or as is ("mean").
         loss_reduction: Literal["sum", "mean"] = "sum"
@@ -71,21 +76,32 @@ class MaskGradient(AuxLoss):
         super().__init__(options, model)
         _require_masks(model, "mask_gradient")
 
-    def _replayed_loss(self, model, interaction, parts, antithetic: bool) -> torch.Tensor:
-        device = parts[0].mask_logits.device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [],
-                                   enabled=self.options.shared_dropout), replaying_masks(parts, antithetic):
-            loss = model.backbone.training_loss(model, interaction)[0]
+    def _scaled(self, loss: torch.Tensor, interaction) -> torch.Tensor:
         return loss * len(interaction) if self.options.loss_reduction == "sum" else loss
+
+    def _replayed_loss(self, model, interaction, parts, antithetic: bool, randomness) -> torch.Tensor:
+        with randomness(), replaying_masks(parts, antithetic):
+            return self._scaled(model.backbone.training_loss(model, interaction)[0], interaction)
 
     def forward(self, model, interaction, output):
         parts = mask_parts(model)
         if not self.training or any(part.noise is None for part in parts):
             return parts[0].mask_logits.new_zeros(())
+        main_pass = output.main_pass
+        if not self.options.shared_dropout:
+            randomness = contextlib.nullcontext  # fresh dropout for the replay
+        elif main_pass is not None:
+            randomness = main_pass.same_randomness
+        else:  # no record of the main pass: replay Z₂ as well, both from the current state
+            device = parts[0].mask_logits.device
+            randomness = functools.partial(torch.random.fork_rng, devices=[device] if device.type == "cuda" else [])
         with torch.no_grad():
-            second = self._replayed_loss(model, interaction, parts, antithetic=False)
+            if main_pass is not None:
+                second = self._scaled(main_pass.loss, interaction)
+            else:
+                second = self._replayed_loss(model, interaction, parts, False, randomness)
             if self.options.estimator == "arm":
-                first = self._replayed_loss(model, interaction, parts, antithetic=True)
+                first = self._replayed_loss(model, interaction, parts, True, randomness)
                 coefficients = [arm_coefficients(first, second, part.noise) for part in parts]
             else:
                 coefficients = [ar_coefficients(second, part.noise) for part in parts]

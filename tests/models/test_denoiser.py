@@ -7,7 +7,7 @@ import pytest
 import torch
 from recbole.data.transform import construct_transform
 
-from recbole_ext.nn.attention_masked import mask_parts
+from recbole_ext.nn.attention_masked import mask_parts, replaying_masks
 from recbole_ext.runner import build, run
 
 from ..conftest import TINY_DATA, tiny_recbole_config
@@ -52,6 +52,36 @@ def test_saturated_masks_with_zero_penalties_reproduce_the_backbone_exactly(in_t
     evaluation = next(iter(test_data))[0]
     with torch.no_grad():
         assert torch.equal(plain.full_sort_predict(evaluation), masked.full_sort_predict(evaluation))
+
+
+def test_arm_reuses_the_main_pass_as_f_z2_and_replays_z1_under_its_dropout(in_tmp):
+    config = tiny_recbole_config("Denoiser", **SIZES, hidden_dropout_prob=0.3, attn_dropout_prob=0.3, loss_type="BCE",
+                                 aux_losses="[{type: mask_gradient, estimator: arm}, {type: mask_l0, weight: 0.0}]")
+    model, _, (train_data, _, _) = build(config)
+    batch = next(iter(train_data))
+    parts = mask_parts(model)
+    for part in parts:
+        torch.nn.init.normal_(part.mask_logits)
+    model.train()
+    torch.manual_seed(1)
+    before = torch.get_rng_state()
+    main, arm, _ = model.calculate_loss(batch)
+    after = torch.get_rng_state()
+    gradients = torch.autograd.grad(arm, [part.mask_logits for part in parts])
+
+    trimmed = model.trimmed(batch)
+    replayed = {}
+    for antithetic in (True, False):
+        torch.set_rng_state(before)
+        with torch.no_grad(), replaying_masks(parts, antithetic):
+            replayed[antithetic] = model.backbone.training_loss(model, trimmed)[0]
+    assert torch.equal(replayed[False], main.detach())  # the main pass is the Z₂ term, dropout included
+    assert torch.equal(torch.get_rng_state(), after)  # the Z₁ replay consumed none of the step's stream
+    scale = len(trimmed)
+    assert not torch.equal(replayed[True], replayed[False])
+    for part, gradient in zip(parts, gradients):
+        expected = ((replayed[True] - replayed[False]) * scale * (part.noise - 0.5)).sum(0)
+        assert torch.allclose(gradient, expected, atol=1e-6)
 
 
 def test_denoiser_trains_one_epoch_learns_masks_and_evaluates(in_tmp):

@@ -10,7 +10,7 @@ from torch import nn
 
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.backbone_tisasrec import personalised_intervals
-from recbole_ext.nn import ATTENTION, AttentionContext, TransformerDims, TransformerEncoder, parse_part_spec
+from recbole_ext.nn import ATTENTION, AttentionContext, EncoderOutput, TransformerDims, TransformerEncoder, parse_part_spec
 from recbole_ext.nn.attention_masked import antithetic_masks, inference_mask, mask_parts
 from recbole_ext.nn.losses_denoiser import (
     JacobianPenalty, MaskGradient, MaskL0, ar_coefficients, arm_coefficients, hutchinson_frobenius, surrogate,
@@ -90,7 +90,7 @@ class ToyBackbone(nn.Module):
         context = AttentionContext(item_seq=interaction["item_seq"], causal=self.causal, position=NoPosition(None, DIMS),
                                    wants=frozenset())
         hidden = model.encoder(model.embedding(interaction["item_seq"]), context)
-        return hidden[:, -1].pow(2).mean(), type("Output", (), {"context": context, "hidden": hidden})()
+        return hidden[:, -1].pow(2).mean(), EncoderOutput(hidden, context)
 
 
 class ToyModel(nn.Module):
