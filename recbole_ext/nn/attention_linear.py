@@ -29,6 +29,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from recbole_ext.nn.attention_softmax import QKVAttention
 from recbole_ext.nn.context import MASKED_LOGIT, AttentionContext, TransformerDims
@@ -66,11 +67,28 @@ def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> t
     return x.cumsum(dim=-2) if causal else x.sum(dim=-2, keepdim=True)
 
 
+def _elu_l2_features(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """elu(x), its L2 norm over the last dimension, and that norm clamped to >= eps."""
+    features = F.elu(x)
+    norm = features.norm(dim=-1, keepdim=True)
+    return features, norm, norm.clamp_min(eps)
+
+
+def _elu_l2_backward(x: torch.Tensor, grad: torch.Tensor, eps: float, scale: float) -> torch.Tensor:
+    """∂L/∂x of y = scale · elu(x) / max(‖elu(x)‖₂, eps), from x alone (recomputing the rest)."""
+    features, norm, divisor = _elu_l2_features(x, eps)
+    normalized = features / divisor
+    grad = grad * scale
+    # d(e/max(‖e‖, eps))/de: (g − y (y·g)) / ‖e‖ above eps, g / eps below (a constant divisor).
+    projection = (normalized * grad).sum(-1, keepdim=True) * (norm > eps)
+    grad_features = (grad - normalized * projection) / divisor
+    return grad_features * torch.where(x > 0, 1.0, features + 1.0)  # elu' = elu + 1 below 0
+
+
 class _EluL2Normalize(torch.autograd.Function):
     """y = scale · elu(x) / max(‖elu(x)‖₂, eps) over the last dimension (LinRec's ρ(elu(·)), Eq. 6 and 8),
     saving only ``x`` for backward and recomputing the rest there. Autograd's composition would
-    keep elu(x), the norms and the quotient alive per layer: at N = 200 those are most of what
-    separates LinRec's peak memory from ⅓ of softmax's (``benchmarks/linrec_scaling.py``)."""
+    keep elu(x), the norms and the quotient alive per layer."""
 
     @staticmethod
     def forward(ctx, x, eps, scale):
@@ -81,19 +99,54 @@ class _EluL2Normalize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        features = F.elu(x)
-        norm = features.norm(dim=-1, keepdim=True)
-        divisor = norm.clamp_min(ctx.eps)
-        normalized = features / divisor
-        grad = grad * ctx.scale
-        # d(e/max(‖e‖, eps))/de: (g − y (y·g)) / ‖e‖ above eps, g / eps below (a constant divisor).
-        projection = (normalized * grad).sum(-1, keepdim=True) * (norm > ctx.eps)
-        grad_features = (grad - normalized * projection) / divisor
-        return grad_features * torch.where(x > 0, 1.0, features + 1.0), None, None  # elu' = elu + 1 below 0
+        return _elu_l2_backward(x, grad, ctx.eps, ctx.scale), None, None
 
 
 def elu_l2_normalize(x: torch.Tensor, eps: float, scale: float = 1.0) -> torch.Tensor:
     return _EluL2Normalize.apply(x, eps, scale)
+
+
+class _EluL2LinearProduct(torch.autograd.Function):
+    """LinRec's default non-causal attention in one step, Eq. (9) with the code's normalisation:
+    ``out = φ(Q) (ψ(K)ᵀ V)`` with φ = ρ(elu(·))/√d_head on queries, ψ = ρ(elu(·)) on keys, keys
+    outside ``valid`` zeroed. It saves only Q, K and V, which are views of the fused Q/K/V
+    projection that autograd keeps anyway, and recomputes φ(Q), ψ(K) and ψ(K)ᵀV in backward (a few
+    elementwise passes and a d×d product). Composed from autograd ops, the same attention would
+    keep φ(Q), a copy of ψ(K)ᵀ and a contiguous copy of V per layer: at N = 200 those are the
+    difference between LinRec's peak memory and ⅓ of softmax's (``benchmarks/linrec_scaling.py``).
+    The backward is written in differentiable ops, so double backward (Jacobian penalties) works."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, valid, eps, query_scale):
+        ctx.eps, ctx.query_scale = eps, query_scale
+        ctx.save_for_backward(query, key, value, valid)
+        query_features, key_features = _EluL2LinearProduct.features(query, key, valid, eps, query_scale)
+        return query_features @ (key_features.transpose(-1, -2) @ value)
+
+    @staticmethod
+    def features(query, key, valid, eps, query_scale):
+        query_features = F.normalize(F.elu(query), dim=-1, eps=eps).mul_(query_scale)
+        key_features = F.normalize(F.elu(key), dim=-1, eps=eps)
+        return query_features, key_features if valid is None else key_features.mul_(valid)
+
+    @staticmethod
+    def backward(ctx, grad):
+        query, key, value, valid = ctx.saved_tensors
+        eps, query_scale = ctx.eps, ctx.query_scale
+        query_features = F.normalize(F.elu(query), dim=-1, eps=eps) * query_scale
+        key_features = F.normalize(F.elu(key), dim=-1, eps=eps)
+        if valid is not None:
+            key_features = key_features * valid
+        state = key_features.transpose(-1, -2) @ value                  # S = ψ(K)ᵀ V, [.., d_k, d_v]
+        grad_state = query_features.transpose(-1, -2) @ grad            # ∂L/∂S = φ(Q)ᵀ G
+        grad_query_features = grad @ state.transpose(-1, -2)            # ∂L/∂φ(Q) = G Sᵀ
+        grad_key_features = value @ grad_state.transpose(-1, -2)        # ∂L/∂ψ(K) = V (∂L/∂S)ᵀ
+        if valid is not None:
+            grad_key_features = grad_key_features * valid
+        return (_elu_l2_backward(query, grad_query_features, eps, query_scale),
+                _elu_l2_backward(key, grad_key_features, eps, 1.0),
+                key_features @ grad_state,                              # ∂L/∂V = ψ(K) ∂L/∂S
+                None, None, None)
 
 
 @dataclass(frozen=True)
@@ -102,6 +155,9 @@ class LinearAttentionOptions:
     mask: Mask = "none"
     # Causal chunk length C; null = d_head, which minimises the N·C + (N/C)·d_head² saved activations.
     chunk_size: int | None = None
+    # Causal training: save only Q, K, V and recompute the chunked product in backward (one more
+    # forward of the attention core; LinRec's peak memory at N = 200 drops from 0.42 to ~⅓ of softmax's).
+    recompute: bool = True
 
     def validate(self):
         if self.chunk_size is not None and self.chunk_size < 1:
@@ -129,6 +185,10 @@ class KernelAttention(QKVAttention):
         """φ(Q), ψ(K) per head ([B, H, N, d]); per-(t, column) key statistics go into φ(Q)."""
         raise NotImplementedError
 
+    def lean_product(self, query, key, value, valid) -> torch.Tensor | None:
+        """The non-causal output by a memory-lean fused path, where a subclass has one; else None."""
+        return None
+
     def mask_mode(self, context: AttentionContext) -> tuple[bool, bool]:
         """(drop padded keys, causal) for this pass."""
         mode = self.options.mask
@@ -142,6 +202,24 @@ class KernelAttention(QKVAttention):
                              f"bias of position part {type(context.position).__name__} cannot apply")
         drop_padding, causal = self.mask_mode(context)
         valid = context.key_padding[:, None, :, None].to(query.dtype) if drop_padding else None
+        if "attention_probs" in context.wants:  # quadratic, and only when an auxiliary loss asks
+            out, query, key = self.attend(query, key, value, valid, causal)
+            context.record("attention_probs", self.attention_matrix(query, key, causal))
+            return out
+        if not causal:
+            out = self.lean_product(query, key, value, valid)
+            if out is not None:
+                return out
+        if causal and self.options.recompute and torch.is_grad_enabled():
+            # Keep only Q, K, V (views of the fused projection) for backward and rerun the chunked
+            # product there: its chunk scores, states and padded copies are most of LinRec's causal
+            # activation memory at N = 200. No randomness inside, so no RNG state to keep.
+            return checkpoint(lambda *inputs: self.attend(*inputs)[0], query, key, value, valid, causal,
+                              use_reentrant=False, preserve_rng_state=False)
+        return self.attend(query, key, value, valid, causal)[0]
+
+    def attend(self, query, key, value, valid, causal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The output and the feature maps φ(Q), ψ(K) it used (padded keys zeroed)."""
         query, key = self.feature_maps(query, key, valid, causal)
         if valid is not None:
             key = key * valid
@@ -153,9 +231,7 @@ class KernelAttention(QKVAttention):
             out = query @ (key.transpose(-1, -2) @ value)
         if self.row_normaliser_eps is not None:
             out = out[..., :-1] / (out[..., -1:] + self.row_normaliser_eps)
-        if "attention_probs" in context.wants:  # quadratic, and only when an auxiliary loss asks
-            context.record("attention_probs", self.attention_matrix(query, key, causal))
-        return out
+        return out, query, key
 
     def attention_matrix(self, query_features, key_features, causal) -> torch.Tensor:
         """The effective [B, H, N, N] weights B' = φ(Q) ψ(K)ᵀ that the linear form never builds."""
@@ -185,6 +261,12 @@ class LinRecAttention(KernelAttention):
         elu: bool = True  # false: Fig. 4's "w/o ELU" ablation
         # Norms are clamped to >= eps; 0 is the authors' bare division (NaN on an all-zero row).
         eps: float = 1.0e-12
+
+    def lean_product(self, query, key, value, valid):
+        options = self.options
+        if options.elu and options.l2 and options.norm == "code":  # the default
+            return _EluL2LinearProduct.apply(query, key, value, valid, options.eps, 1 / math.sqrt(self.dims.head_size))
+        return None
 
     def feature_maps(self, query, key, valid, causal):
         options = self.options

@@ -270,3 +270,62 @@ def test_memory_lean_feature_map_has_autograds_gradient():
     (expected,) = torch.autograd.grad(reference(x), x, grad)
     (actual,) = torch.autograd.grad(elu_l2_normalize(x, 1e-12, 0.25), x, grad)
     assert torch.allclose(actual, expected)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_fused_linrec_product_matches_the_composed_form_and_saves_only_qkv(padded):
+    from recbole_ext.nn.attention_linear import _EluL2LinearProduct, elu_l2_normalize
+
+    torch.manual_seed(0)
+    projected = torch.randn(2, 6, 3, 2, 4, dtype=torch.float64, requires_grad=True)  # the fused Q/K/V layout
+    valid = (torch.arange(6) < torch.tensor([[6], [4]])).double()[:, None, :, None] if padded else None
+
+    def fused(projected):
+        query, key, value = projected.permute(2, 0, 3, 1, 4).unbind(0)
+        return _EluL2LinearProduct.apply(query, key, value, valid, 1e-12, 0.5)
+
+    def composed(projected):
+        query, key, value = projected.permute(2, 0, 3, 1, 4).unbind(0)
+        key = elu_l2_normalize(key, 1e-12)
+        return elu_l2_normalize(query, 1e-12, 0.5) @ ((key if valid is None else key * valid).transpose(-1, -2) @ value)
+
+    assert torch.allclose(fused(projected), composed(projected))
+    assert torch.autograd.gradcheck(fused, (projected,))
+    assert torch.autograd.gradgradcheck(fused, (projected,))  # Jacobian penalties differentiate the backward
+
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        fused(projected)
+    storages = {t.untyped_storage().data_ptr() for t in saved if t.numel() > 1}
+    assert storages <= {projected.untyped_storage().data_ptr()} | ({valid.untyped_storage().data_ptr()} if padded else set())
+
+
+def test_linrec_default_takes_the_fused_path_only_where_it_is_exact():
+    part = ATTENTION.build(spec("linrec_code", "padding"), DIMS, 0)
+    hidden = torch.randn(2, 7, DIMS.hidden_size)
+    calls = []
+    original = part.lean_product
+    part.lean_product = lambda *args: calls.append(1) or original(*args)
+    part(hidden, context_for(ITEM_SEQ, causal=False))
+    assert calls
+    paper = ATTENTION.build(spec("linrec_paper", "padding"), DIMS, 0)
+    assert paper.lean_product(hidden, hidden, hidden, None) is None  # column statistics: the composed path
+
+
+@pytest.mark.parametrize("variant", ["linrec_code", "linrec_paper", "linear_transformer", "efficient_attention"])
+def test_causal_recompute_gives_the_same_outputs_and_gradients(variant):
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 7, DIMS.hidden_size, dtype=torch.float64, requires_grad=True)
+    outputs, gradients = [], []
+    for recompute in (True, False):
+        torch.manual_seed(2)
+        part = ATTENTION.build(spec(variant, "causal", recompute=recompute), DIMS, 0).double()
+        out = part(hidden, context_for(ITEM_SEQ))
+        outputs.append(out)
+        gradients.append(torch.autograd.grad(out.square().sum(), [hidden, *part.parameters()], create_graph=True))
+    assert torch.allclose(outputs[0], outputs[1])
+    for recomputed, kept in zip(*gradients):
+        assert torch.allclose(recomputed, kept)
+    # double backward through the recomputation (a Jacobian penalty on a LinRec block)
+    second = [torch.autograd.grad(g[0].square().sum(), hidden)[0] for g in gradients]
+    assert torch.allclose(second[0], second[1])
