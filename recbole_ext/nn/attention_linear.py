@@ -67,16 +67,16 @@ def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> t
     return x.cumsum(dim=-2) if causal else x.sum(dim=-2, keepdim=True)
 
 
-def _elu_l2_features(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """elu(x), its L2 norm over the last dimension, and that norm clamped to >= eps."""
-    features = F.elu(x)
-    norm = features.norm(dim=-1, keepdim=True)
-    return features, norm, norm.clamp_min(eps)
+def _elu_l2(x: torch.Tensor, eps: float, scale: float) -> torch.Tensor:
+    """y = scale · elu(x) / max(‖elu(x)‖₂, eps) over the last dimension, without autograd's records."""
+    return F.normalize(F.elu(x), dim=-1, eps=eps).mul_(scale)
 
 
 def _elu_l2_backward(x: torch.Tensor, grad: torch.Tensor, eps: float, scale: float) -> torch.Tensor:
-    """∂L/∂x of y = scale · elu(x) / max(‖elu(x)‖₂, eps), from x alone (recomputing the rest)."""
-    features, norm, divisor = _elu_l2_features(x, eps)
+    """∂L/∂x of :func:`_elu_l2`, from x alone (recomputing the rest)."""
+    features = F.elu(x)
+    norm = features.norm(dim=-1, keepdim=True)
+    divisor = norm.clamp_min(eps)
     normalized = features / divisor
     grad = grad * scale
     # d(e/max(‖e‖, eps))/de: (g − y (y·g)) / ‖e‖ above eps, g / eps below (a constant divisor).
@@ -94,7 +94,7 @@ class _EluL2Normalize(torch.autograd.Function):
     def forward(ctx, x, eps, scale):
         ctx.eps, ctx.scale = eps, scale
         ctx.save_for_backward(x)  # a view of the Q/K/V projection, which stays alive anyway
-        return F.normalize(F.elu(x), dim=-1, eps=eps).mul_(scale)
+        return _elu_l2(x, eps, scale)
 
     @staticmethod
     def backward(ctx, grad):
@@ -125,18 +125,15 @@ class _EluL2LinearProduct(torch.autograd.Function):
 
     @staticmethod
     def features(query, key, valid, eps, query_scale):
-        query_features = F.normalize(F.elu(query), dim=-1, eps=eps).mul_(query_scale)
-        key_features = F.normalize(F.elu(key), dim=-1, eps=eps)
-        return query_features, key_features if valid is None else key_features.mul_(valid)
+        """φ(Q), ψ(K) with keys outside ``valid`` zeroed."""
+        key_features = _elu_l2(key, eps, 1.0)
+        return _elu_l2(query, eps, query_scale), key_features if valid is None else key_features.mul_(valid)
 
     @staticmethod
     def backward(ctx, grad):
         query, key, value, valid = ctx.saved_tensors
         eps, query_scale = ctx.eps, ctx.query_scale
-        query_features = F.normalize(F.elu(query), dim=-1, eps=eps) * query_scale
-        key_features = F.normalize(F.elu(key), dim=-1, eps=eps)
-        if valid is not None:
-            key_features = key_features * valid
+        query_features, key_features = _EluL2LinearProduct.features(query, key, valid, eps, query_scale)
         state = key_features.transpose(-1, -2) @ value                  # S = ψ(K)ᵀ V, [.., d_k, d_v]
         grad_state = query_features.transpose(-1, -2) @ grad            # ∂L/∂S = φ(Q)ᵀ G
         grad_query_features = grad @ state.transpose(-1, -2)            # ∂L/∂φ(Q) = G Sᵀ
