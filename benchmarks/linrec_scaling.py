@@ -45,6 +45,8 @@ VARIANTS = {
     "linrec-none": "attention={type: linrec, norm: code, mask: none}",
     "linrec-padding": "attention={type: linrec, norm: code, mask: padding}",
     "linrec-causal": "attention={type: linrec, norm: code, mask: causal}",
+    # optional: the causal form that recomputes its chunks in backward (memory for time)
+    "linrec-causal-recompute": "attention={type: linrec, norm: code, mask: causal, recompute: true}",
     # optional (--variants): the paper's normalisation (prefix column norms when causal) and the Table 3 baselines
     "linrec-paper-causal": "attention={type: linrec, norm: paper, mask: causal}",
     "linear_transformer-causal": "attention={type: linear_transformer, mask: causal}",

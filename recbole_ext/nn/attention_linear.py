@@ -152,9 +152,10 @@ class LinearAttentionOptions:
     mask: Mask = "none"
     # Causal chunk length C; null = d_head, which minimises the N·C + (N/C)·d_head² saved activations.
     chunk_size: int | None = None
-    # Causal training: save only Q, K, V and recompute the chunked product in backward (one more
-    # forward of the attention core; LinRec's peak memory at N = 200 drops from 0.42 to ~⅓ of softmax's).
-    recompute: bool = True
+    # Causal training: save only Q, K, V and recompute the chunked product in backward. At N = 200
+    # LinRec's causal peak memory falls from 0.44 to 0.33 of softmax's, but its step takes ~1.3x as
+    # long (benchmarks/linrec_scaling.py; docs/linrec.md), so it is opt-in.
+    recompute: bool = False
 
     def validate(self):
         if self.chunk_size is not None and self.chunk_size < 1:

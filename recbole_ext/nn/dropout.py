@@ -32,23 +32,6 @@ def uniform(shape: torch.Size, device: torch.device) -> torch.Tensor:
     return torch.from_numpy(values).view(shape)
 
 
-class _KeepAndScale(torch.autograd.Function):
-    """x · keep / (1 − p) that saves the keep mask as bool for backward: 1 byte per element where a
-    float mask (autograd's ``x * mask``) keeps 4 — a fifth of LinRec's saved activations at N = 200
-    are dropout masks (``benchmarks/linrec_scaling.py``). Backward is differentiable (double backward)."""
-
-    @staticmethod
-    def forward(ctx, x, keep, scale):
-        ctx.scale = scale
-        ctx.save_for_backward(keep)
-        return (x * keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (keep,) = ctx.saved_tensors
-        return (grad * keep).mul_(ctx.scale), None, None
-
-
 class Dropout(nn.Module):
     def __init__(self, p: float, impl: DropoutImpl = "fast"):
         super().__init__()
@@ -62,7 +45,9 @@ class Dropout(nn.Module):
             return x
         if self.impl == "torch" or self.p == 1.0:
             return F.dropout(x, self.p, training=True)
-        return _KeepAndScale.apply(x, uniform(x.shape, x.device) >= self.p, 1.0 / (1.0 - self.p))
+        # One multiply forward and backward; the mask is built in place (fp32 uniforms, also under bf16).
+        mask = uniform(x.shape, x.device).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+        return x * (mask if mask.dtype == x.dtype else mask.to(x.dtype))
 
     def extra_repr(self) -> str:
         return f"p={self.p}, impl={self.impl}"
