@@ -138,9 +138,12 @@ def test_results_are_ranked_and_the_best_is_a_finished_trial(in_tmp):
         fake_result("stopped", 1e-2, [epoch(1, 0.35), epoch(2, 0.31)]),  # better, but stopped by ASHA
         fake_result("broken", 1e-4, [epoch(1, 0.9)], error=RuntimeError("Traceback ...\nValueError: boom")),
         fake_result("pending", 2e-4, []),
+        # a trial an interrupted sweep never started: Ray gives it no config and no metrics
+        SimpleNamespace(metrics_dataframe=None, config=None, path="/x/never", error=None, metrics=None),
     ], sweep)
     assert [(r.trial_id, r.status) for r in rows] == [("stopped", "stopped"), ("finished", "finished"),
-                                                      ("broken", "error"), ("pending", "not run")]
+                                                      ("broken", "error"), ("pending", "not run"), ("never", "not run")]
+    assert rows[-1].params == {"learning_rate": None}
     assert rows[0].score == 0.35 and rows[0].epochs == 2 and rows[0].test == {}
     assert rows[1].score == 0.30 and rows[1].epochs == 3 and rows[1].best_epoch == 1 and rows[1].test == {"ndcg@10": 0.25}
     assert rows[2].error == "ValueError: boom"

@@ -55,7 +55,7 @@ def rows_from_results(results, sweep: Sweep) -> list[TrialRow]:
     for result in results:
         frame = result.metrics_dataframe
         reports = frame.to_dict("records") if frame is not None and len(frame) else []
-        params = {d.key: result.config.get(d.key) for d in sweep.space}
+        params = {d.key: (result.config or {}).get(d.key) for d in sweep.space}  # None: never started (interrupted sweep)
         trial_id = (result.metrics or {}).get("trial_id") or Path(result.path).name
         epochs = [r for r in reports if not _is_final(r)]
         final = next((r for r in reports if _is_final(r)), None)
