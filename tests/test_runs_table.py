@@ -45,3 +45,8 @@ def test_missing_metric_is_a_one_line_error(tmp_path):
     run = fake_run(tmp_path, "a", 1, "rope", 0.1)
     with pytest.raises(SystemExit, match="recall@10.*not recorded"):
         load_script().main([str(run), "--metrics", "recall@10"])
+
+
+def test_a_directory_without_metrics_is_a_one_line_error(tmp_path):
+    with pytest.raises(SystemExit, match="no metrics.json"):
+        load_script().main([str(tmp_path)])

@@ -155,15 +155,14 @@ class SeqTransformer(SequentialRecommender):
 
     def calculate_loss(self, interaction):
         interaction = self.trimmed(interaction)
-        replay = None
+        states = None
         if any(loss.replays_main_pass for loss in self.aux_losses):
-            replay = MainPassReplay.capture_before(self.item_embedding.weight.device)
+            states = MainPassReplay.random_states(self.item_embedding.weight.device)
         main, output = self.backbone.training_loss(self, interaction)
         if not self.aux_losses:
             return main
-        if replay is not None:
-            replay.loss = main.detach()
-            output.main_pass = replay
+        if states is not None:
+            output.main_pass = MainPassReplay(main.detach(), *states)
         return (main, *(spec.weight * loss(self, interaction, output) for spec, loss in zip(self.aux_specs, self.aux_losses)))
 
     def predict(self, interaction):

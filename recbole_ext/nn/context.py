@@ -114,10 +114,10 @@ class MainPassReplay:
     cuda_state: torch.Tensor | None
     device: torch.device
 
-    @classmethod
-    def capture_before(cls, device: torch.device) -> "MainPassReplay":
-        cuda_state = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-        return cls(torch.empty(()), torch.get_rng_state(), cuda_state, device)
+    @staticmethod
+    def random_states(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None, torch.device]:
+        """torch's random states now (CPU, and the device's on CUDA): take them before the main pass."""
+        return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None, device
 
     @contextlib.contextmanager
     def same_randomness(self) -> Iterator[None]:

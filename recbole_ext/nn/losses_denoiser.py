@@ -66,7 +66,7 @@ class MaskGradient(AuxLoss):
 
     @dataclass(frozen=True)
     class Options:
-        estimator: Literal["arm", "ar"] = "arm"  # ARM: 2 antithetic passes (paper's main results); AR: 1
+        estimator: Literal["arm", "ar"] = "arm"  # ARM: one replay (Z₁; paper's main results); AR: none
         shared_dropout: bool = True  # f(Z₁) and f(Z₂) see one dropout state (lower variance)
         # f for the estimator: the backbone's batch loss, times the batch size for "sum" (Eq. 4 sums
         # over sequences, so β of the paper's grid is weighed against a summed loss), or as is ("mean").
