@@ -3,13 +3,17 @@
     python benchmarks/linrec_scaling.py                      # N = 50 ... 1600, the full run (minutes)
     python benchmarks/linrec_scaling.py --quick              # smoke: N = 16, 32, 64, tiny batch
     python benchmarks/linrec_scaling.py --device cuda        # the same on a GPU (CUDA peak-memory counter)
+    python benchmarks/linrec_scaling.py --lengths 200 --rounds 5   # one N, 5 alternating rounds: ratio spread
 
 The paper's ML-1M setting (LinRec Table 4): 2 layers, d = 128, 8 heads, FFN 256, dropout 0.2, CE over
 3,706 items, Adam; sequences filled to N (no padding, so every mask mode does the same work).
 Variants: ``softmax`` (SASRec: RecBole's unfused attention, causal + padding mask), and LinRec
 (norm ``code``) with each ``mask``: ``none`` (authors), ``padding``, ``causal`` (chunked prefix form).
 
-Measured per (N, variant), variants alternating within each N so a busy machine slows all alike:
+Measured per (N, variant), variants alternating within each N so a busy machine slows all alike; with
+``--rounds R`` every N runs R such alternating rounds (each cell a fresh process), the row reports the
+median over rounds and the summary each round's own ratio to softmax (timings on a shared 2-vCPU VM move
+±20% between runs, so only ratios paired within a round are comparable):
 
 - ``s/step``: median wall time of forward + backward + Adam over ``--steps`` steps after ``--warmup``.
 - ``peak MB`` (CPU): peak bytes of tensors allocated during one step, beyond what existed before it
@@ -173,6 +177,16 @@ def crossings(lengths: list[int], ours: list[float], baseline: list[float]) -> l
     return found
 
 
+def median_over_rounds(cells: list[dict]) -> dict:
+    """One (variant, N) row from its rounds: medians of the measures, each round's time kept."""
+    row = dict(cells[0])
+    for metric in ("s_per_step", "peak_bytes", "saved_bytes"):
+        values = [cell[metric] for cell in cells if not math.isnan(cell[metric])]
+        row[metric] = statistics.median(values) if values else math.nan
+    row["s_per_step_rounds"] = [cell["s_per_step"] for cell in cells]
+    return row
+
+
 def summarise(rows: list[dict], variants: list[str], lengths: list[int]) -> dict:
     table = {(row["variant"], row["length"]): row for row in rows}
     summary = {}
@@ -185,6 +199,9 @@ def summarise(rows: list[dict], variants: list[str], lengths: list[int]) -> dict
             base = [table["softmax", n][metric] for n in lengths]
             entry[metric] = {"ratio_to_softmax": [o / b for o, b in zip(ours, base)],
                              "crosses_softmax_at_N": crossings(lengths, ours, base)}
+        entry["s_per_step"]["ratio_to_softmax_per_round"] = [
+            [o / b for o, b in zip(table[variant, n]["s_per_step_rounds"], table["softmax", n]["s_per_step_rounds"])]
+            for n in lengths]
         summary[variant] = entry
     return summary
 
@@ -192,7 +209,7 @@ def summarise(rows: list[dict], variants: list[str], lengths: list[int]) -> dict
 def print_table(rows: list[dict], variants: list[str], lengths: list[int], summary: dict) -> None:
     table = {(row["variant"], row["length"]): row for row in rows}
     width = max(len(v) for v in variants)
-    print(f"{'N':>6} {'variant':<{width}} {'s/step':>9} {'peak MB':>10} {'saved MB':>10} {'softmax/this time':>18} "
+    print(f"{'N':>6} {'variant':<{width}} {'s/step':>9} {'peak MB':>10} {'saved MB':>10} {'softmax/this time':>24} "
           f"{'this/softmax peak':>18}")
     for n in lengths:
         for variant in variants:
@@ -201,9 +218,12 @@ def print_table(rows: list[dict], variants: list[str], lengths: list[int], summa
             if variant in summary:
                 index = lengths.index(n)
                 ratio_time = f"{1 / summary[variant]['s_per_step']['ratio_to_softmax'][index]:.2f}x"
+                per_round = [1 / r for r in summary[variant]["s_per_step"]["ratio_to_softmax_per_round"][index]]
+                if len(per_round) > 1:
+                    ratio_time += f" [{min(per_round):.2f}-{max(per_round):.2f}]"
                 ratio_memory = f"{summary[variant]['peak_bytes']['ratio_to_softmax'][index]:.3f}"
             print(f"{n:>6} {variant:<{width}} {row['s_per_step']:>9.4f} {row['peak_bytes'] / 2**20:>10.1f} "
-                  f"{row['saved_bytes'] / 2**20:>10.1f} {ratio_time:>18} {ratio_memory:>18}")
+                  f"{row['saved_bytes'] / 2**20:>10.1f} {ratio_time:>24} {ratio_memory:>18}")
     for variant, entry in summary.items():
         for metric, label in (("s_per_step", "time"), ("peak_bytes", "peak memory")):
             points = entry[metric]["crosses_softmax_at_N"]
@@ -252,6 +272,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of all variants per N")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"any of {', '.join(VARIANTS)}")
@@ -290,12 +311,17 @@ def main() -> None:
         variant, _, n = args.worker.rpartition(":")
         print(json.dumps(measure(variant, int(n), args)))
         return
-    rows = [measure_in_subprocess(variant, n) for n in lengths for variant in variants]
+    if args.rounds < 1:
+        sys.exit(f"--rounds must be >= 1, got {args.rounds}")
+    rounds = {n: [[measure_in_subprocess(variant, n) for variant in variants] for _ in range(args.rounds)]
+              for n in lengths}
+    rows = [median_over_rounds([cells[i] for cells in rounds[n]]) for n in lengths for i in range(len(variants))]
     summary = summarise(rows, variants, lengths)
     hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                 f"{torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name())
     settings = (f"batch {args.batch}, d {args.hidden}, 8 heads, 2 layers, {N_ITEMS} items; median of {args.steps} steps "
-                f"after {args.warmup} warm-up; {args.device}")
+                f"after {args.warmup} warm-up" + (f", median of {args.rounds} alternating rounds" if args.rounds > 1 else "")
+                + f"; {args.device}")
     print(f"hardware: {hardware}\nsettings: {settings}")
     print_table(rows, variants, lengths, summary)
 

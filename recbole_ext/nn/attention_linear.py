@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from functools import lru_cache
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +60,19 @@ def causal_linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     return out.reshape(batch, heads, chunks * chunk_size, -1)[:, :, :length]
 
 
+@lru_cache(maxsize=None)
+def lean_chunk_size(length: int, key_size: int, value_size: int) -> int:
+    """The chunk length C whose causal form saves least for backward per (batch, head): C² scores and
+    one d_k·d_v state per chunk, plus, when C does not divide N, the padded copies of Q, K and V
+    (without padding the chunks are views of the projection, alive anyway). For N = 200, d_head = 16
+    that is C = 20: 10 chunks, no padding; C = d_head would pad to 208."""
+    def saved(chunk: int) -> tuple[int, int]:
+        chunks = -(-length // chunk)
+        padded_copies = chunks * chunk * (2 * key_size + value_size) if length % chunk else 0
+        return chunks * (chunk * chunk + key_size * value_size) + padded_copies, chunk
+    return min(range(1, length + 1), key=saved)
+
+
 def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Per-column sum over the keys query t sees: all (real) positions → [B, H, 1, d]; the prefix
     m ≤ t when causal → [B, H, N, d]. ``valid``: [B, 1, N, 1], 1 for real items, or None (keep padding)."""
@@ -69,20 +83,34 @@ def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> t
 
 def _elu_l2(x: torch.Tensor, eps: float, scale: float) -> torch.Tensor:
     """y = scale · elu(x) / max(‖elu(x)‖₂, eps) over the last dimension, without autograd's records."""
-    return F.normalize(F.elu(x), dim=-1, eps=eps).mul_(scale)
+    # Per-head Q/K are strided views of the fused projection; on CPU elementwise kernels walk such a
+    # view in runs of d_head and took ~3x as long as on one contiguous copy (the copy is transient).
+    return F.normalize(F.elu(x.contiguous()), dim=-1, eps=eps).mul_(scale)
 
 
-def _elu_l2_backward(x: torch.Tensor, grad: torch.Tensor, eps: float, scale: float) -> torch.Tensor:
-    """∂L/∂x of :func:`_elu_l2`, from x alone (recomputing the rest)."""
-    features = F.elu(x)
-    norm = features.norm(dim=-1, keepdim=True)
-    divisor = norm.clamp_min(eps)
-    normalized = features / divisor
-    grad = grad * scale
-    # d(e/max(‖e‖, eps))/de: (g − y (y·g)) / ‖e‖ above eps, g / eps below (a constant divisor).
-    projection = (normalized * grad).sum(-1, keepdim=True) * (norm > eps)
-    grad_features = (grad - normalized * projection) / divisor
-    return grad_features * torch.where(x > 0, 1.0, features + 1.0)  # elu' = elu + 1 below 0
+class _EluL2Parts(NamedTuple):
+    """elu(x), its norm ‖elu(x)‖₂, the clamped divisor and the normalised features, computed once
+    in a backward and shared by the product's state and the derivative."""
+
+    features: torch.Tensor
+    norm: torch.Tensor
+    divisor: torch.Tensor
+    normalized: torch.Tensor
+
+    @classmethod
+    def of(cls, x: torch.Tensor, eps: float) -> "_EluL2Parts":
+        features = F.elu(x.contiguous())  # contiguous: as in _elu_l2
+        norm = features.norm(dim=-1, keepdim=True)
+        divisor = norm.clamp_min(eps)
+        return cls(features, norm, divisor, features / divisor)
+
+    def backward(self, grad: torch.Tensor, eps: float, scale: float) -> torch.Tensor:
+        """∂L/∂x of :func:`_elu_l2` (times ``scale``) for the upstream gradient ``grad``."""
+        grad = grad * scale
+        # d(e/max(‖e‖, eps))/de: (g − y (y·g)) / ‖e‖ above eps, g / eps below (a constant divisor).
+        projection = (self.normalized * grad).sum(-1, keepdim=True) * (self.norm > eps)
+        grad_features = (grad - self.normalized * projection) / self.divisor
+        return grad_features * (self.features + 1.0).clamp_max(1.0)  # elu' = min(elu + 1, 1): 1 above 0, eˣ below
 
 
 class _EluL2Normalize(torch.autograd.Function):
@@ -99,7 +127,7 @@ class _EluL2Normalize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        return _elu_l2_backward(x, grad, ctx.eps, ctx.scale), None, None
+        return _EluL2Parts.of(x, ctx.eps).backward(grad, ctx.eps, ctx.scale), None, None
 
 
 def elu_l2_normalize(x: torch.Tensor, eps: float, scale: float = 1.0) -> torch.Tensor:
@@ -133,15 +161,17 @@ class _EluL2LinearProduct(torch.autograd.Function):
     def backward(ctx, grad):
         query, key, value, valid = ctx.saved_tensors
         eps, query_scale = ctx.eps, ctx.query_scale
-        query_features, key_features = _EluL2LinearProduct.features(query, key, valid, eps, query_scale)
+        query_parts, key_parts = _EluL2Parts.of(query, eps), _EluL2Parts.of(key, eps)
+        query_features = query_parts.normalized * query_scale
+        key_features = key_parts.normalized if valid is None else key_parts.normalized * valid
         state = key_features.transpose(-1, -2) @ value                  # S = ψ(K)ᵀ V, [.., d_k, d_v]
         grad_state = query_features.transpose(-1, -2) @ grad            # ∂L/∂S = φ(Q)ᵀ G
         grad_query_features = grad @ state.transpose(-1, -2)            # ∂L/∂φ(Q) = G Sᵀ
         grad_key_features = value @ grad_state.transpose(-1, -2)        # ∂L/∂ψ(K) = V (∂L/∂S)ᵀ
         if valid is not None:
             grad_key_features = grad_key_features * valid
-        return (_elu_l2_backward(query, grad_query_features, eps, query_scale),
-                _elu_l2_backward(key, grad_key_features, eps, 1.0),
+        return (query_parts.backward(grad_query_features, eps, query_scale),
+                key_parts.backward(grad_key_features, eps, 1.0),
                 key_features @ grad_state,                              # ∂L/∂V = ψ(K) ∂L/∂S
                 None, None, None)
 
@@ -150,7 +180,8 @@ class _EluL2LinearProduct(torch.autograd.Function):
 class LinearAttentionOptions:
     # none: authors' code (bidirectional, padding included); padding; causal; auto (follow the backbone)
     mask: Mask = "none"
-    # Causal chunk length C; null = d_head, which minimises the N·C + (N/C)·d_head² saved activations.
+    # Causal chunk length C; null = per input length, the C minimising the padded N·C + (N/C)·d_head²
+    # saved activations (≈ d_head, preferring one that divides N: no padded copies).
     chunk_size: int | None = None
     # Causal training: save only Q, K, V and recompute the chunked product in backward. At N = 200
     # LinRec's causal peak memory falls from 0.44 to 0.33 of softmax's, but its step takes ~1.3x as
@@ -177,7 +208,7 @@ class KernelAttention(QKVAttention):
     def __init__(self, options, dims: TransformerDims, layer_index: int):
         super().__init__(options, dims, layer_index)
         self.exact_under_trailing_trim = options.mask != "none"
-        self.chunk_size = options.chunk_size or dims.head_size
+        self.chunk_size = options.chunk_size  # None: lean_chunk_size of each input length
 
     def feature_maps(self, query, key, valid, causal) -> tuple[torch.Tensor, torch.Tensor]:
         """φ(Q), ψ(K) per head ([B, H, N, d]); per-(t, column) key statistics go into φ(Q)."""
@@ -224,7 +255,8 @@ class KernelAttention(QKVAttention):
         if self.row_normaliser_eps is not None:  # the normaliser is the same product with v = 1
             value = torch.cat([value, torch.ones_like(value[..., :1])], dim=-1)
         if causal:
-            out = causal_linear_attention(query, key, value, self.chunk_size)
+            chunk_size = self.chunk_size or lean_chunk_size(query.size(-2), query.size(-1), value.size(-1))
+            out = causal_linear_attention(query, key, value, chunk_size)
         else:
             out = query @ (key.transpose(-1, -2) @ value)
         if self.row_normaliser_eps is not None:
