@@ -26,6 +26,10 @@ median over rounds and the summary each round's own ratio to softmax (timings on
 - ``saved MB``: bytes autograd keeps for backward (unique storages seen by a saved-tensors hook),
   the activation memory that the N×N attention tensors dominate.
 
+From N = ``--plain-malloc-from`` (1600) on, every variant runs with glibc's default allocator
+(``RECBOLE_EXT_MALLOC_TUNING=0``): with the tuned one softmax's 1.3 GB score tensors fragment the kept
+buffers past this VM's 24 GB and the cell is killed.
+
 Writes ``benchmarks/results/linrec_scaling.json`` and ``.png`` (time and peak memory against N,
 log-log, with the ratios to softmax and where the curves cross); ``--out`` changes the stem.
 """
@@ -273,6 +277,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of all variants per N")
+    parser.add_argument("--plain-malloc-from", type=int, default=1600, metavar="N",
+                        help="lengths from N on run with glibc's default allocator (RECBOLE_EXT_MALLOC_TUNING=0): "
+                             "the tuned one keeps freed buffers, which fragment until softmax at N=1600 passes 24 GB "
+                             "of resident memory and is killed")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"any of {', '.join(VARIANTS)}")
@@ -289,8 +297,11 @@ def main() -> None:
 
     def measure_in_subprocess(variant: str, n: int) -> dict:
         forwarded = [a for a in sys.argv[1:] if a != "--quick"] + (["--quick"] if args.quick else [])
+        environment = dict(os.environ)
+        if n >= args.plain_malloc_from:  # every variant of this N alike
+            environment["RECBOLE_EXT_MALLOC_TUNING"] = "0"
         done = subprocess.run([sys.executable, __file__, *forwarded, "--worker", f"{variant}:{n}"],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=environment)
         if done.returncode == 0:
             row = json.loads(done.stdout.strip().splitlines()[-1])
         else:  # e.g. killed by the kernel: softmax at N=1600 needs several GB per attention matrix
@@ -321,7 +332,8 @@ def main() -> None:
                 f"{torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name())
     settings = (f"batch {args.batch}, d {args.hidden}, 8 heads, 2 layers, {N_ITEMS} items; median of {args.steps} steps "
                 f"after {args.warmup} warm-up" + (f", median of {args.rounds} alternating rounds" if args.rounds > 1 else "")
-                + f"; {args.device}")
+                + (f"; glibc's default allocator from N={args.plain_malloc_from}"
+                   if args.device == "cpu" and args.plain_malloc_from <= max(lengths) else "") + f"; {args.device}")
     print(f"hardware: {hardware}\nsettings: {settings}")
     print_table(rows, variants, lengths, summary)
 

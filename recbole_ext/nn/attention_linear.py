@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal, NamedTuple
 
 import torch
@@ -58,19 +57,6 @@ def causal_linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch
     earlier = F.pad(states.cumsum(dim=2)[:, :, :-1], (0, 0, 0, 0, 1, 0))  # exclusive: chunks before this one
     out = within + q @ earlier
     return out.reshape(batch, heads, chunks * chunk_size, -1)[:, :, :length]
-
-
-@lru_cache(maxsize=None)
-def lean_chunk_size(length: int, key_size: int, value_size: int) -> int:
-    """The chunk length C whose causal form saves least for backward per (batch, head): C² scores and
-    one d_k·d_v state per chunk, plus, when C does not divide N, the padded copies of Q, K and V
-    (without padding the chunks are views of the projection, alive anyway). For N = 200, d_head = 16
-    that is C = 20: 10 chunks, no padding; C = d_head would pad to 208."""
-    def saved(chunk: int) -> tuple[int, int]:
-        chunks = -(-length // chunk)
-        padded_copies = chunks * chunk * (2 * key_size + value_size) if length % chunk else 0
-        return chunks * (chunk * chunk + key_size * value_size) + padded_copies, chunk
-    return min(range(1, length + 1), key=saved)
 
 
 def column_total(x: torch.Tensor, valid: torch.Tensor | None, causal: bool) -> torch.Tensor:
@@ -180,11 +166,10 @@ class _EluL2LinearProduct(torch.autograd.Function):
 class LinearAttentionOptions:
     # none: authors' code (bidirectional, padding included); padding; causal; auto (follow the backbone)
     mask: Mask = "none"
-    # Causal chunk length C; null = per input length, the C minimising the padded N·C + (N/C)·d_head²
-    # saved activations (≈ d_head, preferring one that divides N: no padded copies).
+    # Causal chunk length C; null = d_head, which minimises the N·C + (N/C)·d_head² saved activations.
     chunk_size: int | None = None
     # Causal training: save only Q, K, V and recompute the chunked product in backward. At N = 200
-    # LinRec's causal peak memory falls from 0.44 to 0.33 of softmax's, but its step takes ~1.3x as
+    # LinRec's causal peak memory falls from 0.44 to 0.33 of softmax's, but its step takes 1.1-1.3x as
     # long (benchmarks/linrec_scaling.py; docs/linrec.md), so it is opt-in.
     recompute: bool = False
 
@@ -208,7 +193,7 @@ class KernelAttention(QKVAttention):
     def __init__(self, options, dims: TransformerDims, layer_index: int):
         super().__init__(options, dims, layer_index)
         self.exact_under_trailing_trim = options.mask != "none"
-        self.chunk_size = options.chunk_size  # None: lean_chunk_size of each input length
+        self.chunk_size = options.chunk_size or dims.head_size
 
     def feature_maps(self, query, key, valid, causal) -> tuple[torch.Tensor, torch.Tensor]:
         """φ(Q), ψ(K) per head ([B, H, N, d]); per-(t, column) key statistics go into φ(Q)."""
@@ -255,8 +240,7 @@ class KernelAttention(QKVAttention):
         if self.row_normaliser_eps is not None:  # the normaliser is the same product with v = 1
             value = torch.cat([value, torch.ones_like(value[..., :1])], dim=-1)
         if causal:
-            chunk_size = self.chunk_size or lean_chunk_size(query.size(-2), query.size(-1), value.size(-1))
-            out = causal_linear_attention(query, key, value, chunk_size)
+            out = causal_linear_attention(query, key, value, self.chunk_size)
         else:
             out = query @ (key.transpose(-1, -2) @ value)
         if self.row_normaliser_eps is not None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from recbole_ext.errors import ConfigError
 from recbole_ext.nn import ATTENTION, POSITION, AttentionContext, PositionPart, TransformerDims, TransformerEncoder
 from recbole_ext.nn import parse_part_spec
-from recbole_ext.nn.attention_linear import causal_linear_attention, lean_chunk_size
+from recbole_ext.nn.attention_linear import causal_linear_attention
 
 DIMS = TransformerDims(hidden_size=16, n_heads=2, inner_size=32, n_layers=2, hidden_dropout_prob=0.0,
                        attn_dropout_prob=0.0, hidden_act="gelu", layer_norm_eps=1e-12, max_seq_length=24)
@@ -124,24 +124,6 @@ def test_chunked_causal_form_equals_the_masked_quadratic_form(length, chunk, see
     value = torch.randn(2, 3, length, 6, generator=generator, dtype=torch.float64)
     masked_quadratic = torch.tril(query @ key.transpose(-1, -2)) @ value
     assert torch.allclose(causal_linear_attention(query, key, value, chunk), masked_quadratic, atol=1e-10)
-
-
-def saved_per_head(length: int, chunk: int, head_size: int) -> int:
-    """What the causal form keeps for backward: chunk scores, one state per chunk, and padded copies
-    of Q, K, V when the chunk does not divide the length."""
-    chunks = math.ceil(length / chunk)
-    padded = 3 * chunks * chunk * head_size if length % chunk else 0
-    return chunks * chunk * chunk + chunks * head_size**2 + padded
-
-
-@pytest.mark.parametrize("length, head_size", [(200, 16), (50, 16), (7, 16), (1, 8), (240, 32)])
-def test_default_chunk_saves_no_more_than_any_other(length, head_size):
-    chosen = lean_chunk_size(length, head_size, head_size)
-    costs = {chunk: saved_per_head(length, chunk, head_size) for chunk in range(1, length + 1)}
-    assert costs[chosen] == min(costs.values())
-    assert costs[chosen] <= costs[min(head_size, length)]  # never worse than the old default C = d_head
-    if (length, head_size) == (200, 16):
-        assert chosen == 20  # divides N: no padded copies, where C = 16 pads to 208
 
 
 def test_recorded_attention_matrix_reproduces_the_output():
