@@ -144,7 +144,7 @@ def sparsity_report(run_dir: Path) -> None:
     import yaml
 
     from recbole_ext.compat import load_checkpoint
-    from recbole_ext.nn.attention_masked import pruned_fraction
+    from recbole_ext.nn.attention_masked import mask_statistics
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     attention = config["attention"] if isinstance(config["attention"], dict) else {"type": config["attention"]}
@@ -155,15 +155,14 @@ def sparsity_report(run_dir: Path) -> None:
     if not layers:
         sys.exit(f"{run_dir}: no mask_logits in the checkpoint (not a Rec-Denoiser run)")
     print(f"{run_dir.name}: threshold {threshold}, {'causal (v <= u)' if causal else 'all'} gates")
-    print(f"{'layer':<40} {'pruned':>8} {'mean σ(Φ)':>10}")
+    print(f"{'layer':<40} {'pruned':>8} {'mean σ(Φ)':>10} {'σ(Φ) p10-p90':>14} {'std Φ':>7}")
     report = []
     for name, logits in layers:
-        n = logits.size(-1)
-        used = torch.ones(n, n, dtype=torch.bool).tril() if causal else torch.ones(n, n, dtype=torch.bool)
-        mean_keep = float(torch.sigmoid(logits)[:, used].mean())
-        fraction = pruned_fraction(logits, threshold, causal)
-        report.append({"layer": name, "pruned_fraction": fraction, "mean_keep_probability": mean_keep})
-        print(f"{name:<40} {fraction:>8.3f} {mean_keep:>10.3f}")
+        stats = mask_statistics(logits, threshold, causal)
+        report.append({"layer": name, **stats})
+        spread = f"{stats['keep_probability_p10']:.3f}-{stats['keep_probability_p90']:.3f}"
+        print(f"{name:<40} {stats['pruned_fraction']:>8.3f} {stats['mean_keep_probability']:>10.3f} {spread:>14} "
+              f"{stats['logit_std']:>7.3f}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     print(f"test: {metrics.get('test')}")
     (run_dir / "mask_sparsity.json").write_text(json.dumps(report, indent=2) + "\n")

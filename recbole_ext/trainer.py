@@ -135,6 +135,12 @@ class RunTrainerMixin:
                  "train_loss": dict(zip(names, sums))}
         if len(sums) > 1:
             entry["train_loss"]["total"] = sum(sums)
+        statistics = getattr(self.model, "training_statistics", None)
+        statistics = statistics() if callable(statistics) else None
+        if statistics:
+            entry["statistics"] = statistics
+            for name, values in statistics.items():
+                self.logger.info(f"epoch {epoch_idx} {name}: " + ", ".join(f"{key} {value:.4g}" for key, value in values.items()))
         self.history.append(entry)
         self._write_history()
         return sums if len(sums) > 1 else sums[0]

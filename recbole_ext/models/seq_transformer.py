@@ -165,6 +165,13 @@ class SeqTransformer(SequentialRecommender):
             output.main_pass = MainPassReplay(main.detach(), *states)
         return (main, *(spec.weight * loss(self, interaction, output) for spec, loss in zip(self.aux_specs, self.aux_losses)))
 
+    def training_statistics(self) -> dict[str, dict[str, float]]:
+        """Per-part diagnostics after a training epoch, by module name: every part with a
+        ``training_statistics(causal)`` method (e.g. Rec-Denoiser's masks). The trainer logs them
+        and keeps them in ``history.json``."""
+        return {name: module.training_statistics(self.backbone.causal) for name, module in self.named_modules()
+                if module is not self and callable(getattr(module, "training_statistics", None))}
+
     def predict(self, interaction):
         interaction = self.trimmed(interaction)
         representation = self.backbone.user_representation(self, interaction)

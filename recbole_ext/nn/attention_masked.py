@@ -54,15 +54,29 @@ def inference_mask(logits: torch.Tensor, rule: MaskInference, threshold: float) 
     return kept.to(logits.dtype) if rule == "hard" else keep_probability * kept
 
 
+def used_gates(logits: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Φ's entries some query can use, [heads, used]: v ≤ u when causal (for ``align: right`` the
+    lower triangle is exactly those), all otherwise. The others get only the L0 push (spec §1.7)."""
+    n = logits.size(-1)
+    used = torch.ones(n, n, dtype=torch.bool, device=logits.device)
+    return logits[:, used.tril() if causal else used]
+
+
 def pruned_fraction(logits: torch.Tensor, threshold: float, causal: bool) -> float:
-    """Share of used gates (v ≤ u when causal) that inference zeroes; logits [heads, n, n]. For
-    ``align: right`` the lower triangle is exactly the gates some query can use."""
-    zero = torch.sigmoid(logits) <= threshold
-    n = zero.size(-1)
-    used = torch.ones(n, n, dtype=torch.bool, device=zero.device)
-    if causal:
-        used = used.tril()
-    return float(zero[:, used].float().mean())
+    """Share of used gates that inference zeroes (σ(Φ) ≤ threshold); logits [heads, n, n]."""
+    return float((torch.sigmoid(used_gates(logits, causal)) <= threshold).float().mean())
+
+
+def mask_statistics(logits: torch.Tensor, threshold: float, causal: bool) -> dict[str, float]:
+    """What a trained mask looks like, over its used gates (spec §5, C2): the pruned share, the mean
+    keep probability σ(Φ), and the spread of Φ, which tells a mask that learned a position pattern
+    (Φ spread out) from one that only drifted as a whole (Φ still near-uniform)."""
+    used = used_gates(logits.detach().float(), causal)
+    keep = torch.sigmoid(used)
+    low, median, high = torch.quantile(keep.flatten(), torch.tensor([0.1, 0.5, 0.9], device=keep.device)).tolist()
+    return {"pruned_fraction": float((keep <= threshold).float().mean()), "mean_keep_probability": float(keep.mean()),
+            "keep_probability_p10": low, "keep_probability_p50": median, "keep_probability_p90": high,
+            "logit_std": float(used.std())}
 
 
 def antithetic_masks(noise: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,6 +170,10 @@ class LearnedMaskAttention(AttentionPart):
 
     def pruned_fraction(self, causal: bool) -> float:
         return pruned_fraction(self.mask_logits.detach(), self.options.threshold, causal)
+
+    def training_statistics(self, causal: bool) -> dict[str, float]:
+        """Logged after every training epoch (``RunTrainerMixin``; spec §7: sparsity and σ(Φ) per epoch)."""
+        return mask_statistics(self.mask_logits, self.options.threshold, causal)
 
 
 def mask_parts(model: nn.Module) -> list[LearnedMaskAttention]:

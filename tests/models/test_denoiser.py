@@ -92,9 +92,14 @@ def test_denoiser_trains_one_epoch_learns_masks_and_evaluates(in_tmp):
     logits = [v for k, v in checkpoint["state_dict"].items() if k.endswith("mask_logits")]
     assert len(logits) == 2 and all(not torch.all(phi == 0.5) for phi in logits)  # Φ moved from its init
     import json
-    losses = json.loads((result.run_dir / "history.json").read_text())[0]["train_loss"]
+    epoch = json.loads((result.run_dir / "history.json").read_text())[0]
+    losses = epoch["train_loss"]
     assert set(losses) == {"main", "mask_gradient", "mask_l0", "jacobian_penalty", "total"}
     assert losses["mask_gradient"] == 0.0 and losses["jacobian_penalty"] > 0
+    # the masks' state after the epoch, per layer, is in the history
+    statistics = epoch["statistics"]
+    assert set(statistics) == {f"encoder.blocks.{i}.attention" for i in range(2)}
+    assert all(0.0 <= stats["pruned_fraction"] <= 1.0 and stats["logit_std"] > 0 for stats in statistics.values())
 
 
 @pytest.mark.parametrize("preset, estimator", [("DenoiserTiSASRec", "arm"), ("DenoiserBERT4Rec", "ar")])

@@ -11,7 +11,7 @@ from torch import nn
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.backbone_tisasrec import personalised_intervals
 from recbole_ext.nn import ATTENTION, AttentionContext, EncoderOutput, TransformerDims, TransformerEncoder, parse_part_spec
-from recbole_ext.nn.attention_masked import antithetic_masks, inference_mask, mask_parts
+from recbole_ext.nn.attention_masked import antithetic_masks, inference_mask, mask_parts, mask_statistics
 from recbole_ext.nn.losses_denoiser import (
     JacobianPenalty, MaskGradient, MaskL0, ar_coefficients, arm_coefficients, hutchinson_frobenius, surrogate,
 )
@@ -210,6 +210,20 @@ def test_pruned_fraction_counts_used_gates_only():
         part.mask_logits[0, 1, 0] = -5.0     # one of the 10 used causal gates
     assert part.pruned_fraction(causal=True) == pytest.approx(0.1)
     assert part.pruned_fraction(causal=False) == pytest.approx(7 / 16)
+
+
+def test_mask_statistics_describe_the_used_gates():
+    logits = torch.full((1, 4, 4), -5.0)
+    used = torch.ones(4, 4, dtype=torch.bool).tril()
+    logits[0][used] = torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0, -1.0, -2.0, 5.0, 6.0, 7.0])
+    stats = mask_statistics(logits, threshold=0.5, causal=True)
+    keep = torch.sigmoid(logits[0][used])
+    assert stats["pruned_fraction"] == pytest.approx(0.3)  # σ(0), σ(-1), σ(-2) ≤ 0.5; future gates ignored
+    assert stats["mean_keep_probability"] == pytest.approx(float(keep.mean()))
+    assert stats["keep_probability_p50"] == pytest.approx(float(keep.quantile(0.5)))
+    assert stats["keep_probability_p10"] < stats["keep_probability_p50"] < stats["keep_probability_p90"]
+    assert stats["logit_std"] == pytest.approx(float(logits[0][used].std()))
+    assert mask_statistics(logits, 0.5, causal=False)["pruned_fraction"] == pytest.approx(9 / 16)
 
 
 def test_mask_options_are_validated():
