@@ -4,6 +4,7 @@
     python benchmarks/linrec_scaling.py --quick              # smoke: N = 16, 32, 64, tiny batch
     python benchmarks/linrec_scaling.py --device cuda        # the same on a GPU (CUDA peak-memory counter)
     python benchmarks/linrec_scaling.py --lengths 200 --rounds 5   # one N, 5 alternating rounds: ratio spread
+    python benchmarks/linrec_scaling.py --lengths 200 --paired --steps 40   # one N, steps paired in one process
 
 The paper's ML-1M setting (LinRec Table 4): 2 layers, d = 128, 8 heads, FFN 256, dropout 0.2, CE over
 3,706 items, Adam; sequences filled to N (no padding, so every mask mode does the same work).
@@ -16,6 +17,8 @@ median over rounds and the summary each round's own ratio to softmax (timings on
 ±20% between runs, so only ratios paired within a round are comparable):
 
 - ``s/step``: median wall time of forward + backward + Adam over ``--steps`` steps after ``--warmup``.
+  With ``--paired`` all variants of an N share one process and step in turn (:func:`measure_paired`);
+  each pass is a round, and the speed-ups are paired within it.
 - ``peak MB`` (CPU): peak bytes of tensors allocated during one step, beyond what existed before it
   (weights, Adam state). Method: ``torch.profiler`` with ``profile_memory=True`` attributes every
   allocation and free to the op that made it; summing each op's own (self) net bytes in time order
@@ -59,6 +62,9 @@ VARIANTS = {
     "linrec-paper-causal": "attention={type: linrec, norm: paper, mask: causal}",
     "linear_transformer-causal": "attention={type: linear_transformer, mask: causal}",
     "efficient_attention-causal": "attention={type: efficient_attention, mask: causal}",
+    # optional: the step without attention (each block's attention returns V): the shared floor under
+    # both models, which bounds softmax / LinRec at (floor + softmax attention) / floor
+    "no-attention": "attention={type: linrec, norm: code, mask: padding}",
 }
 DEFAULT_VARIANTS = ("softmax", "linrec-none", "linrec-padding", "linrec-causal")
 N_ITEMS = 3706  # ML-1M items with interactions
@@ -82,7 +88,14 @@ def build_model(variant: str, length: int, args):
     resolved = resolve(None, [VARIANTS[variant]], values)
     config = recbole_config(resolved, checkpoint_dir=Path(tempfile.gettempdir()) / "linrec_scaling")
     torch.manual_seed(0)
-    return config, config.model_class(config, ItemCount()).to(args.device)
+    model = config.model_class(config, ItemCount()).to(args.device)
+    if variant == "no-attention":
+        from recbole_ext.nn.slots import AttentionPart
+
+        for part in model.modules():
+            if isinstance(part, AttentionPart):
+                part.mix = lambda query, key, value, context: value
+    return config, model
 
 
 def synthetic_batch(model, length: int, args):
@@ -147,15 +160,16 @@ def saved_bytes(model, batch) -> int:
     return sum(size for pointer, size in storages.items() if pointer not in parameters)
 
 
-def measure(variant: str, length: int, args) -> dict:
+def measure(variant: str, length: int, args, timed: bool = True) -> dict:
+    """One cell: step time (median of ``--steps`` after ``--warmup``; NaN unless ``timed``), peak and saved bytes."""
     import torch
 
     config, model = build_model(variant, length, args)
     model.train()
     batch = synthetic_batch(model, length, args)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    times = []
-    for step in range(args.warmup + args.steps):
+    times = [] if timed else [math.nan]
+    for step in range(args.warmup + (args.steps if timed else 0)):
         synchronize(args.device)
         started = time.perf_counter()
         train_step(model, optimizer, batch)
@@ -165,6 +179,33 @@ def measure(variant: str, length: int, args) -> dict:
     return {"variant": variant, "length": length, "s_per_step": statistics.median(times),
             "peak_bytes": profiled_peak_bytes(model, optimizer, batch, args.device),
             "saved_bytes": saved_bytes(model, batch)}
+
+
+def measure_paired(variants: list[str], length: int, args) -> dict[str, list[float]]:
+    """Step times of every variant at one N, interleaved in one process: after ``--warmup`` steps
+    each, ``--steps`` passes of one step per variant (the order rotates every pass). A pass takes
+    well under a second at N <= 800, so the VM's slow spells, which last seconds, hit all variants
+    of a pass alike and the pass's own ratios stay comparable."""
+    import torch
+
+    built = {}
+    for variant in variants:
+        _, model = build_model(variant, length, args)
+        model.train()
+        built[variant] = (model, torch.optim.Adam(model.parameters(), lr=1e-3), synthetic_batch(model, length, args))
+    for _ in range(args.warmup):
+        for variant in variants:
+            train_step(*built[variant])
+    times = {variant: [] for variant in variants}
+    for step in range(args.steps):
+        shift = step % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            synchronize(args.device)
+            started = time.perf_counter()
+            train_step(*built[variant])
+            synchronize(args.device)
+            times[variant].append(time.perf_counter() - started)
+    return times
 
 
 def crossings(lengths: list[int], ours: list[float], baseline: list[float]) -> list[float]:
@@ -203,11 +244,28 @@ def summarise(rows: list[dict], variants: list[str], lengths: list[int]) -> dict
             base = [table["softmax", n][metric] for n in lengths]
             entry[metric] = {"ratio_to_softmax": [o / b for o, b in zip(ours, base)],
                              "crosses_softmax_at_N": crossings(lengths, ours, base)}
-        entry["s_per_step"]["ratio_to_softmax_per_round"] = [
+        per_round = [
             [o / b for o, b in zip(table[variant, n]["s_per_step_rounds"], table["softmax", n]["s_per_step_rounds"])]
             for n in lengths]
+        entry["s_per_step"]["ratio_to_softmax_per_round"] = per_round
+        # The speed-up each round (or pass, with --paired) measured against its own softmax time, and
+        # its spread: what to quote where the machine's speed drifts between rounds.
+        entry["s_per_step"]["speedup_per_round"] = [spread([1 / r for r in ratios if not math.isnan(r)])
+                                                    for ratios in per_round]
         summary[variant] = entry
     return summary
+
+
+def spread(values: list[float]) -> dict:
+    """Median and range of paired speed-ups: min-max below 10 values, else the 10th-90th percentiles."""
+    if not values:
+        return {"median": math.nan, "low": math.nan, "high": math.nan, "range": "none", "count": 0}
+    if len(values) < 10:
+        low, high, label = min(values), max(values), "min-max"
+    else:
+        deciles = statistics.quantiles(values, n=10)
+        low, high, label = deciles[0], deciles[-1], "p10-p90"
+    return {"median": statistics.median(values), "low": low, "high": high, "range": label, "count": len(values)}
 
 
 def print_table(rows: list[dict], variants: list[str], lengths: list[int], summary: dict) -> None:
@@ -221,10 +279,11 @@ def print_table(rows: list[dict], variants: list[str], lengths: list[int], summa
             ratio_time = ratio_memory = "-"
             if variant in summary:
                 index = lengths.index(n)
-                ratio_time = f"{1 / summary[variant]['s_per_step']['ratio_to_softmax'][index]:.2f}x"
-                per_round = [1 / r for r in summary[variant]["s_per_step"]["ratio_to_softmax_per_round"][index]]
-                if len(per_round) > 1:
-                    ratio_time += f" [{min(per_round):.2f}-{max(per_round):.2f}]"
+                paired = summary[variant]["s_per_step"]["speedup_per_round"][index]
+                if paired["count"] > 1:  # the median of the paired speed-ups and their range
+                    ratio_time = f"{paired['median']:.2f}x [{paired['low']:.2f}-{paired['high']:.2f}]"
+                else:
+                    ratio_time = f"{1 / summary[variant]['s_per_step']['ratio_to_softmax'][index]:.2f}x"
                 ratio_memory = f"{summary[variant]['peak_bytes']['ratio_to_softmax'][index]:.3f}"
             print(f"{n:>6} {variant:<{width}} {row['s_per_step']:>9.4f} {row['peak_bytes'] / 2**20:>10.1f} "
                   f"{row['saved_bytes'] / 2**20:>10.1f} {ratio_time:>24} {ratio_memory:>18}")
@@ -285,7 +344,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"any of {', '.join(VARIANTS)}")
     parser.add_argument("--quick", action="store_true", help="smoke run: N = 16, 32, 64, batch 2, 1 step")
+    parser.add_argument("--paired", action="store_true",
+                        help="time all variants of an N in one process, one step each in turn (--steps passes, each "
+                             "pass a round of paired ratios); memory still per variant in its own process")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--paired-worker", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="output stem (default benchmarks/results/linrec_scaling[_quick])")
     args = parser.parse_args()
     if args.quick:
@@ -295,21 +359,38 @@ def main() -> None:
 
     import recbole_ext  # noqa: F401  (compat before RecBole)
 
-    def measure_in_subprocess(variant: str, n: int) -> dict:
-        forwarded = [a for a in sys.argv[1:] if a != "--quick"] + (["--quick"] if args.quick else [])
+    def run_worker(n: int, *worker_args: str) -> tuple[object | None, str | None]:
+        """This script in a fresh process for one measurement: (its JSON result, None) or (None, why it failed)."""
+        forwarded = [a for a in sys.argv[1:] if a not in ("--quick", "--paired")] + (["--quick"] if args.quick else [])
         environment = dict(os.environ)
         if n >= args.plain_malloc_from:  # every variant of this N alike
             environment["RECBOLE_EXT_MALLOC_TUNING"] = "0"
-        done = subprocess.run([sys.executable, __file__, *forwarded, "--worker", f"{variant}:{n}"],
+        done = subprocess.run([sys.executable, __file__, *forwarded, *worker_args],
                               capture_output=True, text=True, env=environment)
         if done.returncode == 0:
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-        else:  # e.g. killed by the kernel: softmax at N=1600 needs several GB per attention matrix
-            reason = "out of memory (killed)" if done.returncode in (-9, 137) else done.stderr.strip().splitlines()[-1]
+            return json.loads(done.stdout.strip().splitlines()[-1]), None
+        # e.g. killed by the kernel: softmax at N=1600 needs several GB per attention matrix
+        return None, "out of memory (killed)" if done.returncode in (-9, 137) else done.stderr.strip().splitlines()[-1]
+
+    def measure_in_subprocess(variant: str, n: int, timed: bool = True) -> dict:
+        row, error = run_worker(n, "--worker", f"{variant}:{n}", *([] if timed else ["--memory-only"]))
+        if error:
             row = {"variant": variant, "length": n, "s_per_step": math.nan, "peak_bytes": math.nan,
-                   "saved_bytes": math.nan, "error": reason}
+                   "saved_bytes": math.nan, "error": error}
         print(f"  measured N={n} {variant}{': ' + row['error'] if 'error' in row else ''}", file=sys.stderr)
         return row
+
+    def paired_cells(n: int) -> list[list[dict]]:
+        """Per pass, one cell per variant: that pass's step time with the variant's memory."""
+        memory = [measure_in_subprocess(variant, n, timed=False) for variant in variants]
+        passes: list[list[dict]] = []
+        for _ in range(args.rounds):
+            times, error = run_worker(n, "--paired-worker", str(n))
+            print(f"  timed N={n} {','.join(variants)} paired{': ' + error if error else ''}", file=sys.stderr)
+            times = times or {variant: [math.nan] for variant in variants}
+            passes += [[dict(cell, s_per_step=times[variant][step]) for variant, cell in zip(variants, memory)]
+                       for step in range(len(times[variants[0]]))]
+        return passes
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -320,18 +401,28 @@ def main() -> None:
         sys.exit(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
     if args.worker:  # one (variant, N) in this process, so an out-of-memory kill loses only that cell
         variant, _, n = args.worker.rpartition(":")
-        print(json.dumps(measure(variant, int(n), args)))
+        print(json.dumps(measure(variant, int(n), args, timed=not args.memory_only)))
+        return
+    if args.paired_worker:
+        print(json.dumps(measure_paired(variants, args.paired_worker, args)))
         return
     if args.rounds < 1:
         sys.exit(f"--rounds must be >= 1, got {args.rounds}")
-    rounds = {n: [[measure_in_subprocess(variant, n) for variant in variants] for _ in range(args.rounds)]
-              for n in lengths}
+    if args.paired:
+        rounds = {n: paired_cells(n) for n in lengths}
+    else:
+        rounds = {n: [[measure_in_subprocess(variant, n) for variant in variants] for _ in range(args.rounds)]
+                  for n in lengths}
     rows = [median_over_rounds([cells[i] for cells in rounds[n]]) for n in lengths for i in range(len(variants))]
     summary = summarise(rows, variants, lengths)
     hardware = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                 f"{torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name())
-    settings = (f"batch {args.batch}, d {args.hidden}, 8 heads, 2 layers, {N_ITEMS} items; median of {args.steps} steps "
-                f"after {args.warmup} warm-up" + (f", median of {args.rounds} alternating rounds" if args.rounds > 1 else "")
+    timing = (f"steps interleaved in one process: {args.warmup} warm-up, then {args.steps} passes of one step per "
+              f"variant" + (f", {args.rounds} such processes" if args.rounds > 1 else "")
+              + "; medians over passes, speed-ups paired within a pass" if args.paired else
+              f"median of {args.steps} steps after {args.warmup} warm-up"
+              + (f", median of {args.rounds} alternating rounds" if args.rounds > 1 else ""))
+    settings = (f"batch {args.batch}, d {args.hidden}, 8 heads, 2 layers, {N_ITEMS} items; {timing}"
                 + (f"; glibc's default allocator from N={args.plain_malloc_from}"
                    if args.device == "cpu" and args.plain_malloc_from <= max(lengths) else "") + f"; {args.device}")
     print(f"hardware: {hardware}\nsettings: {settings}")
