@@ -18,8 +18,10 @@ Variants alternate within each round (a busy machine slows all of them alike); p
 s/step over rounds and the ratio to the variant's plain backbone from the same round (target:
 ``denoiser`` ≤ 3x ``sasrec``). Results: ``benchmarks/results/denoiser_step.json``.
 
-Sparsity: for each layer of a finished run's best checkpoint, the share of used gates (v ≤ u for
-causal backbones) that inference zeroes (σ(Φ) ≤ threshold), and the mean σ(Φ) over them.
+Sparsity: for each layer of a finished run's best checkpoint, over the used gates (v ≤ u for causal
+backbones), ``nn.attention_masked.mask_statistics``: the share inference zeroes (σ(Φ) ≤ threshold),
+the mean and 10th-90th percentiles of σ(Φ), and the standard deviation of Φ (the same figures a run
+logs after every epoch).
 """
 from __future__ import annotations
 
