@@ -135,8 +135,8 @@ class RunTrainerMixin:
                  "train_loss": dict(zip(names, sums))}
         if len(sums) > 1:
             entry["train_loss"]["total"] = sum(sums)
-        statistics = getattr(self.model, "training_statistics", None)
-        statistics = statistics() if callable(statistics) else None
+        collect = getattr(self.model, "training_statistics", None)  # per-part diagnostics (SeqTransformer)
+        statistics = collect() if callable(collect) else None
         if statistics:
             entry["statistics"] = statistics
             for name, values in statistics.items():
