@@ -1,4 +1,5 @@
-"""RecBole's trainer loop, plus: named loss terms, per-epoch history, bf16 autocast, ``compile``,
+"""RecBole's trainer loop, plus: named loss terms, per-epoch history (with the model's
+``training_statistics()``, e.g. Rec-Denoiser's mask sparsity), bf16 autocast, ``compile``,
 length-bucketed batches (``length_bucketing``, ``data/bucketing.py``), a faster evaluation
 collector (:class:`OnePositiveCollector`), a run directory.
 
