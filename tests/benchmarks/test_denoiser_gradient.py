@@ -35,3 +35,16 @@ def test_tiny_denoiser_reports_both_estimators(in_tmp, monkeypatch):
     layers = {f"encoder.blocks.{i}.attention.mask_logits" for i in range(2)}
     assert set(report["arm"]) == set(report["ar"]) == layers == set(report["ar_over_arm_variance"])
     assert all(row["noise"] > 0 and row["l0_push"] > 0 for estimator in ("arm", "ar") for row in report[estimator].values())
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--batches", "1"], "--batches must be >= 2"),
+    (["--estimators", "arm,reinforce"], "--estimators: arm and/or ar"),
+    (["--set", "model=SeqTransformer", "--batches", "2"], "no mask_gradient auxiliary loss"),
+])
+def test_bad_arguments_exit_with_one_line(in_tmp, monkeypatch, arguments, message):
+    monkeypatch.setattr(sys, "argv", ["denoiser_gradient.py", "--config", str(TINY_DATA),
+                                      "--out", str(in_tmp / "gradient.json"), *arguments])
+    with pytest.raises(SystemExit) as exited:
+        denoiser_gradient.main()
+    assert message in str(exited.value) and not (in_tmp / "gradient.json").exists()
