@@ -48,7 +48,7 @@ def build_state(args):
         config = config_from_checkpoint(checkpoint)
     else:
         resolved = resolve(args.config, [*args.set, "state=ERROR", "show_progress=false"])
-        config = recbole_config(resolved, checkpoint_dir=Path(tempfile.mkdtemp(prefix="denoiser_gradient_")))
+        config = recbole_config(resolved, checkpoint_dir=Path(tempfile.gettempdir()) / "denoiser_gradient")  # unused: no training
         checkpoint = None
     init_logging(config, None)
     model, _, (train_data, _, _) = build(config)
@@ -64,16 +64,17 @@ def used_gate_logits(model) -> list[tuple[str, torch.nn.Parameter]]:
             if isinstance(module, LearnedMaskAttention)]
 
 
-def loss_module(model, kind: str):
+def aux_term(model, kind: str):
+    """(position in ``calculate_loss``'s tuple, the loss module, its spec) of the first ``kind`` term, or None."""
     index = next((i for i, spec in enumerate(model.aux_specs) if spec.part.name == kind), None)
-    return (None, None) if index is None else (model.aux_losses[index], index + 1)  # +1: "main" comes first
+    return None if index is None else (index + 1, model.aux_losses[index], model.aux_specs[index])  # 0 is "main"
 
 
 def gradient_samples(model, batches, estimator: str) -> list[torch.Tensor]:
     """Per layer, [K, used gates]: the surrogate's gradient wrt Φ on each batch."""
     from recbole_ext.nn.attention_masked import used_gates
 
-    surrogate, position = loss_module(model, "mask_gradient")
+    position, surrogate, _ = aux_term(model, "mask_gradient")
     surrogate.options = dataclasses.replace(surrogate.options, estimator=estimator)
     layers = used_gate_logits(model)
     samples: list[list[torch.Tensor]] = [[] for _ in layers]
@@ -112,26 +113,31 @@ def main() -> None:
     estimators = args.estimators.split(",")
     if not set(estimators) <= {"arm", "ar"}:
         sys.exit(f"--estimators: arm and/or ar, got {args.estimators}")
+    if args.set and args.checkpoint:
+        sys.exit("--set applies to --config only: a checkpoint's config is its own")
     if args.threads:
         torch.set_num_threads(args.threads)
 
     import recbole_ext  # noqa: F401  (compat before RecBole)
 
     model, train_data = build_state(args)
-    if loss_module(model, "mask_gradient")[0] is None:
+    if aux_term(model, "mask_gradient") is None:
         sys.exit("the model has no mask_gradient auxiliary loss (not a Rec-Denoiser config)")
     batches = []
     for interaction in train_data:
         batches.append(interaction)
         if len(batches) == args.batches:
             break
-    l0, l0_position = loss_module(model, "mask_l0")
-    beta = model.aux_specs[l0_position - 1].weight if l0 is not None else 0.0
     layers = used_gate_logits(model)
+    l0 = aux_term(model, "mask_l0")
+    beta = l0[2].weight if l0 is not None else 0.0
+    per_gate = beta  # the L0 term's weight on each σ(Φ_uv)
+    if l0 is not None and l0[1].options.reduction == "mean":  # Σσ(Φ) divided by the number of gates
+        per_gate /= sum(phi.numel() for _, phi in layers)
     from recbole_ext.nn.attention_masked import used_gates
 
     keep = [torch.sigmoid(phi.detach()) for _, phi in layers]
-    pushes = [beta * float(used_gates(p * (1 - p), model.backbone.causal).mean()) for p in keep]  # ∂(β σ(Φ))/∂Φ
+    pushes = [per_gate * float(used_gates(p * (1 - p), model.backbone.causal).mean()) for p in keep]  # ∂(β σ(Φ))/∂Φ
     report = {estimator: {name: summarise(samples, push) for (name, _), samples, push
                           in zip(layers, gradient_samples(model, batches, estimator), pushes)}
               for estimator in estimators}

@@ -48,3 +48,10 @@ def test_bad_arguments_exit_with_one_line(in_tmp, monkeypatch, arguments, messag
     with pytest.raises(SystemExit) as exited:
         denoiser_gradient.main()
     assert message in str(exited.value) and not (in_tmp / "gradient.json").exists()
+
+
+def test_set_is_refused_with_a_checkpoint(in_tmp, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["denoiser_gradient.py", "--checkpoint", str(in_tmp / "model.pth"),
+                                      "--set", "attention.init=0.0", "--out", str(in_tmp / "gradient.json")])
+    with pytest.raises(SystemExit, match="--set applies to --config only"):
+        denoiser_gradient.main()
