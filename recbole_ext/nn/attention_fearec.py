@@ -25,7 +25,7 @@ from typing import Literal
 
 import torch
 
-from recbole_ext.nn.attention_softmax import SoftmaxAttention
+from recbole_ext.nn.attention_softmax import SoftmaxAttention, merge_heads, split_heads
 from recbole_ext.nn.context import AttentionContext, TransformerDims
 from recbole_ext.nn.slots import ATTENTION
 
@@ -90,12 +90,37 @@ def band_filter_matrix(length: int, band: tuple[int, int]) -> torch.Tensor | Non
     return torch.fft.irfft(band_pass(torch.fft.rfft(identity, dim=0), band, dim=0), n=length, dim=0).float()
 
 
+@lru_cache(maxsize=16)
+def _lag_gather_indices(length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat indices into an [N, N] score matrix: ``by_lag[τ·N + t] = ((t+τ) mod N)·N + t`` (the pairs
+    each lag sums) and ``lag_of[r·N + t] = (r − t) mod N`` (the lag each pair belongs to)."""
+    positions = torch.arange(length, device=device)
+    by_lag = ((positions[None, :] + positions[:, None]) % length) * length + positions[None, :]
+    lag_of = (positions[:, None] - positions[None, :]) % length
+    return by_lag.flatten(), lag_of.flatten()
+
+
+class _CircularLagSums(torch.autograd.Function):
+    """Each pair (r, t) belongs to exactly one lag, so the gradient is a gather, not the scatter-add
+    with duplicate handling that autograd derives for advanced indexing (that was a visible share of
+    FEARec's CPU step). The backward is built from differentiable ops, so double backward works."""
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = scores.shape
+        by_lag, _ = _lag_gather_indices(length, scores.device)
+        ctx.length = length
+        return scores.reshape(batch, -1).index_select(1, by_lag).view(batch, length, length).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        _, lag_of = _lag_gather_indices(ctx.length, grad.device)
+        return grad.index_select(1, lag_of).view(-1, ctx.length, ctx.length)
+
+
 def circular_lag_sums(scores: torch.Tensor) -> torch.Tensor:
     """[B, N, N] S[t', t] → [B, N] c[τ] = Σ_t S[(t+τ) mod N, t] (circular cross-correlation from all pairs)."""
-    length = scores.size(-1)
-    positions = torch.arange(length, device=scores.device)
-    rows = (positions[None, :] + positions[:, None]) % length  # [τ, t]
-    return scores[:, rows, positions].sum(-1)
+    return _CircularLagSums.apply(scores)
 
 
 def lag_matrix(lags: torch.Tensor, weights: torch.Tensor, length: int) -> torch.Tensor:
@@ -185,27 +210,43 @@ class FrequencyHybridAttention(SoftmaxAttention):
         filters = [band_filter_matrix(length, band if on else full) for on in (self.options.std, self.options.sfd)]
         return tuple(None if f is None else f.to(device) for f in filters)
 
+    def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        if context.position.rotates_query_key:  # rotate per head first: the band filter sees rotated Q, K
+            return super().forward(hidden, context)
+        return self.dense(self.hybrid(self.project_stacked(hidden), context))
+
     def mix(self, query, key, value, context: AttentionContext) -> torch.Tensor:
-        time_filter, frequency_filter = self.filters_for(query.size(2), query.device)
+        """The per-head interface ([B, H, N, d] each → [B, H, N, d]); ``forward`` skips the round trip."""
+        stacked = torch.cat([merge_heads(x) for x in (query, key, value)], dim=-1)
+        return split_heads(self.hybrid(stacked, context), self.dims.n_heads)
+
+    def hybrid(self, stacked: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        """Eq. 18 on Q | K | V side by side ([B, N, 3·D] → [B, N, D], heads merged).
+
+        Working before the heads are split lets one product along time filter Q, K and V together
+        and lets the FDA's contractions over heads and channels run as plain batched matmuls on
+        views, where the per-head layout cost broadcast copies on CPU.
+        """
+        time_filter, frequency_filter = self.filters_for(stacked.size(1), stacked.device)
         mixed = 0.0
         if self.time_weight > 0:
             # Eq. 10: Q̃, K̃, Ṽ keep only the layer's band; then ordinary masked softmax attention (Eq. 11–12).
-            filtered = [x if time_filter is None else torch.matmul(time_filter.to(x.dtype), x) for x in (query, key, value)]
-            mixed = self.time_weight * super().mix(*filtered, context)
+            filtered = stacked if time_filter is None else torch.matmul(time_filter.to(stacked.dtype), stacked)
+            mixed = self.time_weight * merge_heads(super().mix(*self.unstack_heads(filtered), context))
         if self.time_weight < 1:
             if self.options.fda_padding_mask:
-                real = context.key_padding[:, None, :, None].to(query.dtype)
-                query, key, value = query * real, key * real, value * real
+                stacked = stacked * context.key_padding[:, :, None].to(stacked.dtype)
+            query, key, value = stacked.split(self.dims.hidden_size, dim=-1)
             mixed = mixed + (1 - self.time_weight) * self.frequency_attention(query, key, value, frequency_filter)
         return mixed
 
     def frequency_attention(self, query, key, value, band_filter) -> torch.Tensor:
-        """FDA, Eq. 13–17: [B, H, N, d] → [B, H, N, d]."""
-        heads, length, size = query.shape[1:]
+        """FDA, Eq. 13–17, heads side by side: [B, N, H·d] each → [B, N, H·d]."""
+        length, size = query.shape[1:]
         # Eq. 14–15: irfft(band(Q·conj K)) averaged over heads and channels is the band-filtered
         # circular cross-correlation c[τ] = Σ_t q[(t+τ) mod N]·k[t] / (H·d), from all position pairs.
-        pairs = torch.einsum("bhtc,bhsc->bts", query, key).float()
-        correlation = circular_lag_sums(pairs) / (heads * size)  # [B, N]
+        pairs = torch.bmm(query, key.transpose(1, 2)).float()
+        correlation = circular_lag_sums(pairs) / size  # [B, N]
         if band_filter is not None:
             correlation = correlation @ band_filter.T
         lag_count = topk_lag_count(self.options.topk_factor, length)
@@ -218,4 +259,4 @@ class FrequencyHybridAttention(SoftmaxAttention):
         aggregate = lag_matrix(lags, weights, length)  # [B, N, N]
         if self.options.fda_filtered_value and band_filter is not None:
             aggregate = aggregate @ band_filter  # Eq. 17 rolls Ṽ = P·V
-        return torch.matmul(aggregate[:, None].to(value.dtype), value)
+        return torch.bmm(aggregate.to(value.dtype), value)

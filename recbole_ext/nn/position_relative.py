@@ -57,6 +57,7 @@ class RotaryPosition(RelativePosition):
     """q_m ← q_m e^{i m g}, k_n ← k_n e^{i n g} per complex pair, so q·k depends on m − n only."""
 
     pairing: Pairing = "interleaved"
+    rotates_query_key = True
 
     @dataclass(frozen=True)
     class Options(RelativePosition.Options):

@@ -39,6 +39,9 @@ class PositionPart(nn.Module):
     """
 
     exact_under_trailing_trim = True
+    # Whether ``rotate_query_key`` changes Q and K. Attention parts that transform Q/K/V along time
+    # before the heads are split (FEARec's band filter) need the rotation first, so they ask.
+    rotates_query_key = False
 
     def __init__(self, options, dims: TransformerDims):
         super().__init__()

@@ -9,7 +9,8 @@ import torch
 
 from recbole_ext.errors import ConfigError
 from recbole_ext.nn import ATTENTION, POSITION, AttentionContext, TransformerDims, parse_part_spec
-from recbole_ext.nn.attention_fearec import band_pass, ramp_band, rfft_bins
+from recbole_ext.nn.attention_fearec import band_pass, circular_lag_sums, ramp_band, rfft_bins
+from recbole_ext.nn.attention_softmax import merge_heads
 
 
 def dims_for(length: int, n_layers: int = 2, hidden: int = 8, heads: int = 2) -> TransformerDims:
@@ -82,7 +83,8 @@ def reference_tda(q, k, v, item_seq):
     return out
 
 
-def reference_forward(part, hidden, item_seq, training):
+def reference_forward(part, hidden, item_seq, training, rotate=None):
+    """The part's output in float64; ``rotate(q, k)`` stands for a position part acting on Q and K."""
     o = part.options
     length = hidden.size(1)
     band = ramp_band(length, part.dims.n_layers, o.global_ratio, part.layer_index)
@@ -93,6 +95,8 @@ def reference_forward(part, hidden, item_seq, training):
         return layer(hidden).double().view(hidden.size(0), length, heads, -1).transpose(1, 2)
 
     q, k, v = heads_of(part.query), heads_of(part.key), heads_of(part.value)
+    if rotate is not None:
+        q, k = (x.double() for x in rotate(q.float(), k.float()))
     gamma = o.spatial_ratio if o.fda else 1.0
     gamma = gamma if o.dual_domain else 0.0
     mixed = torch.zeros_like(q)
@@ -233,3 +237,44 @@ def test_runs_under_bf16_autocast():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = part(hidden, context_for(item_seq))
     assert torch.isfinite(low).all() and (low.float() - exact).abs().max() < 0.1 * exact.abs().max()
+
+
+def test_a_rotating_position_acts_before_the_band_filter():
+    """With RoPE the filter and the FDA see rotated Q, K (the per-head path), not the raw projection."""
+    part = build(8, 0, global_ratio=0.6, spatial_ratio=0.3).eval()
+    rope = POSITION.build(parse_part_spec(POSITION, "rope", "position"), dims_for(8))
+    torch.manual_seed(2)
+    hidden, item_seq = torch.randn(3, 8, 8), torch.tensor([[4] * 8, [5] * 5 + [0] * 3, [6, 7] + [0] * 6])
+    context = AttentionContext(item_seq=item_seq, causal=True, position=rope)
+    with torch.no_grad():
+        got = part(hidden, context)
+        want = reference_forward(part, hidden, item_seq, False, rotate=lambda q, k: rope.rotate_query_key(q, k, context))
+        unrotated = part(hidden, context_for(item_seq))
+    assert torch.allclose(got.double(), want, atol=2e-5), (got.double() - want).abs().max()
+    assert not torch.allclose(got, unrotated, atol=1e-3)
+
+
+def test_per_head_mix_equals_the_stacked_forward():
+    part = build(7, 1, fda_padding_mask=True).train()
+    hidden, item_seq = torch.randn(2, 7, 8), torch.tensor([[1] * 7, [2] * 3 + [0] * 4])
+    context = context_for(item_seq)
+    with torch.no_grad():
+        query, key, value = part.project(hidden, context)
+        per_head = part.dense(merge_heads(part.mix(query, key, value, context)))
+        assert torch.allclose(per_head, part(hidden, context), atol=1e-6)
+
+
+def test_circular_lag_sums_and_their_gradients_match_indexing():
+    def indexed(scores):
+        length = scores.size(-1)
+        positions = torch.arange(length)
+        return scores[:, (positions[None, :] + positions[:, None]) % length, positions].sum(-1)
+
+    scores = torch.randn(2, 5, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.allclose(circular_lag_sums(scores), indexed(scores))
+    weights = torch.randn(2, 5, dtype=torch.float64)
+    got, = torch.autograd.grad((circular_lag_sums(scores) * weights).sum(), scores)
+    want, = torch.autograd.grad((indexed(scores) * weights).sum(), scores)
+    assert torch.equal(got, want)
+    assert torch.autograd.gradcheck(circular_lag_sums, (scores,))
+    assert torch.autograd.gradgradcheck(circular_lag_sums, (scores,))

@@ -9,7 +9,7 @@ import torch
 from recbole_ext.errors import ConfigError, UnknownNameError
 from recbole_ext.nn import ATTENTION, POSITION, AttentionContext, TransformerDims, TransformerEncoder
 from recbole_ext.nn import parse_part_spec
-from recbole_ext.nn.dropout import Dropout
+from recbole_ext.nn.dropout import Dropout, quantized_drop_probability
 from recbole_ext.nn.position_basic import sinusoidal_table
 from recbole_ext.nn.registry import Registry
 
@@ -63,18 +63,38 @@ def test_position_none_adds_nothing():
     assert part.embed_input(x, None) is x
 
 
-@pytest.mark.parametrize("p", [0.2, 0.5])
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.5, 0.9])
 def test_fast_dropout_has_the_dropout_distribution(p):
     torch.manual_seed(0)
     layer = Dropout(p, "fast").train()
     x = torch.ones(400_000, requires_grad=True)
     y = layer(x)
     kept = y != 0
+    dropped = quantized_drop_probability(p)
+    assert abs(dropped - p) <= 2**-17
     assert abs(kept.float().mean().item() - (1 - p)) < 0.005
-    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - dropped)), rtol=0, atol=1e-6)
+    assert abs(y.double().mean().item() - 1) < 0.01  # unbiased: E[y] = x
     y.sum().backward()
     assert torch.equal(x.grad != 0, kept)  # gradient flows only through kept elements
     assert layer.eval()(x) is x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_dropout_keeps_the_input_dtype_and_shape(dtype):
+    layer = Dropout(0.5, "fast").train()
+    x = torch.ones(3, 5, 7, dtype=dtype)
+    y = layer(x)
+    assert y.dtype == dtype and y.shape == x.shape
+    assert set(y.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_fast_dropout_near_the_ends_falls_back_to_torch():
+    for p in (1e-6, 1 - 1e-6):
+        torch.manual_seed(1)
+        ours = Dropout(p, "fast").train()(torch.ones(1000))
+        torch.manual_seed(1)
+        assert torch.equal(ours, torch.nn.functional.dropout(torch.ones(1000), p, True))
 
 
 def test_torch_dropout_impl_uses_torchs_stream():
