@@ -2,7 +2,7 @@
 configured as the paper's model).
 
     python benchmarks/epoch.py --model fearec [--quick] [--threads N] [--epoch-batches N] [--startup-samples N]
-                               [--variants stock,stock-fixed,ours,ours-bf16] [--json PATH]
+                               [--variants stock,stock-fixed,ours,ours-bf16] [--rounds R] [--json PATH]
     python benchmarks/epoch.py --model sasrec --tasks epoch --variants stock,ours,ours-bucket16,ours-bf16-bucket16
 
 Two measurements, each variant in a fresh subprocess (so process-wide settings cannot leak):
@@ -31,6 +31,9 @@ Variants:
   ``-notrim`` ``trim_padding: false``.
 
 Printed: startup seconds, seconds per batch (median), epoch seconds, and ratios against ``stock``.
+``--rounds R`` runs every variant R times, reversing the order every other round (this machine's
+speed drifts by tens of percent over minutes): times are medians over rounds, ratios the median of
+the per-round ratios with their range.
 Results also go to ``benchmarks/results/<model>_epoch.json``. ``--quick`` = smoke mode (5 batches, a
 20k-sample slice for the startup, no results file); its numbers mean nothing. Run with nothing else busy.
 """
@@ -173,10 +176,29 @@ def run_worker(task: str, variant: str, args, scratch: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])  # RecBole's FEARec prints debug lines first
 
 
+TIMES = ("median_s_per_batch", "epoch_s", "startup_s", "beauty_startup_s")
+
+
+def summarise(rows: list[dict]) -> dict:
+    """One variant's row over rounds: the median of every time, the rounds kept when there are several."""
+    row = dict(rows[0])
+    for key in TIMES:
+        if key in row:
+            row[key] = statistics.median(r[key] for r in rows)
+    if len(rows) > 1:
+        row["rounds"] = rows
+    return row
+
+
 def ratio(results: dict, variant: str, key: str) -> str:
+    """stock's time over the variant's; with rounds, the median of the per-round ratios [min-max]."""
     if "stock" not in results or variant == "stock":
         return "-"
-    return f"{results['stock'][key] / results[variant][key]:.1f}x"
+    stock, row = results["stock"], results[variant]
+    if "rounds" not in row:
+        return f"{stock[key] / row[key]:.1f}x"
+    ratios = [s[key] / r[key] for s, r in zip(stock["rounds"], row["rounds"])]
+    return f"{statistics.median(ratios):.1f}x [{min(ratios):.1f}-{max(ratios):.1f}]"
 
 
 def main() -> None:
@@ -189,6 +211,9 @@ def main() -> None:
                         help="build the ML-1M same-target table from the first N training samples (0: all)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--tasks", default="startup,epoch")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every variant R times, the order reversed every other round; report medians "
+                             "and the range of the per-round ratios")
     parser.add_argument("--json", default=None, help="results file (default: benchmarks/results/<model>_epoch.json; none in --quick)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
@@ -212,26 +237,30 @@ def main() -> None:
     variants, tasks = args.variants.split(","), args.tasks.split(",")
     if args.model != "fearec" and "startup" in tasks:
         raise SystemExit("the startup task measures FEARec's same-target table: use --model fearec or --tasks epoch")
-    results: dict[str, dict] = {task: {} for task in tasks}
+    runs = {task: [v for v in variants if not (task == "startup" and variant_options(v)[1]["bf16"])]
+            for task in tasks}  # construction has no autocast
+    rows: dict[str, dict[str, list[dict]]] = {task: {v: [] for v in runs[task]} for task in tasks}
     with tempfile.TemporaryDirectory() as scratch:
-        for task in tasks:
-            for variant in variants:
-                if not (task == "startup" and variant_options(variant)[1]["bf16"]):  # construction has no autocast
-                    results[task][variant] = run_worker(task, variant, args, scratch)
+        for index in range(args.rounds):
+            for task in tasks:  # reversed every other round, so a slow spell of the machine hits every variant
+                for variant in runs[task] if index % 2 == 0 else runs[task][::-1]:
+                    rows[task][variant].append(run_worker(task, variant, args, scratch))
+    results: dict[str, dict] = {task: {v: summarise(rows[task][v]) for v in runs[task]} for task in tasks}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
           f"{time.strftime('%Y-%m-%d')}{'; QUICK MODE (smoke only, numbers mean nothing)' if args.quick else ''}")
     if "startup" in results:
         print("\nML-1M model construction (same-target table included)")
-        print(f"{'variant':<12} {'samples':>9} {'startup s':>10} {'vs stock':>9}")
+        print(f"{'variant':<12} {'samples':>9} {'startup s':>10} {'vs stock':>15}")
         for variant, row in results["startup"].items():
-            print(f"{variant:<12} {row['samples']:>9} {row['startup_s']:>10.2f} {ratio(results['startup'], variant, 'startup_s'):>9}")
+            print(f"{variant:<12} {row['samples']:>9} {row['startup_s']:>10.2f} {ratio(results['startup'], variant, 'startup_s'):>15}")
     if "epoch" in results:
         print(f"\nBeauty training epoch ({args.model}, batch {2048 if args.model == 'sasrec' else 256})")
-        print(f"{'variant':<12} {'batches':>9} {'s/batch':>8} {'vs stock':>9} {'epoch s':>9} {'vs stock':>9} {'build s':>8}")
+        print(f"{'variant':<18} {'batches':>9} {'s/batch':>8} {'vs stock':>15} {'epoch s':>9} {'vs stock':>15} {'build s':>8}"
+              + (f"   (medians over {args.rounds} rounds)" if args.rounds > 1 else ""))
         for variant, row in results["epoch"].items():
-            print(f"{variant:<12} {row['batches']:>4}/{row['all_batches']:<4} {row['median_s_per_batch']:>8.3f} "
-                  f"{ratio(results['epoch'], variant, 'median_s_per_batch'):>9} {row['epoch_s']:>9.1f} "
-                  f"{ratio(results['epoch'], variant, 'epoch_s'):>9} {row['beauty_startup_s']:>8.2f}")
+            print(f"{variant:<18} {row['batches']:>4}/{row['all_batches']:<4} {row['median_s_per_batch']:>8.3f} "
+                  f"{ratio(results['epoch'], variant, 'median_s_per_batch'):>15} {row['epoch_s']:>9.1f} "
+                  f"{ratio(results['epoch'], variant, 'epoch_s'):>15} {row['beauty_startup_s']:>8.2f}")
     results["meta"] = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                        "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:]}
     target = args.json or (None if args.quick else ROOT / "benchmarks" / "results" / f"{MODELS[args.model]}.json")
