@@ -4,8 +4,9 @@
 compare: in RecBole's SASRec step (batch 2048, length 50) dropout was a third of the step
 (``benchmarks/train_step.py``). ``impl="fast"`` builds the mask from raw random bits instead (see
 :func:`scaled_keep_mask`): 16 bits per element, compared and turned into 0/1 bytes by numpy, then
-one conversion to the input's dtype. On this project's CPU that is ~4x cheaper than drawing float
-uniforms and comparing them in torch (``bool`` → ``bfloat16`` alone cost more than the draw).
+one conversion to the input's dtype. On this project's CPU, drawing float uniforms was the costly
+part of the earlier form, and torch's compare and ``bool`` → ``bfloat16`` conversion were slower than
+numpy's compare plus a ``uint8`` conversion.
 ``impl="torch"`` uses ``F.dropout``: the exact random stream of RecBole's models, for bit-identical
 runs against them.
 
