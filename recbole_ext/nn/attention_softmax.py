@@ -95,7 +95,7 @@ class SoftmaxAttention(QKVAttention):
         """softmax over the allowed keys, times the context's probability gate (if any); recorded."""
         # The mask in the scores' dtype: under bf16 autocast an fp32 mask would promote the whole
         # [B, H, L, L] softmax and its dropout to fp32, only for PV's matmul to round them back.
-        probs = torch.softmax(scores + context.additive_mask.to(scores.dtype), dim=-1)
+        probs = torch.softmax(scores + context.additive_mask_as(scores.dtype), dim=-1)
         if context.probability_gate is not None:
             probs = probs * context.probability_gate
         context.record("attention_probs", probs)

@@ -79,6 +79,7 @@ class AttentionContext:
     # e.g. Rec-Denoiser's learned binary mask M = A ⊙ Z (``attention_masked.py``). None: unchanged.
     probability_gate: torch.Tensor | None = None
     _additive_mask: torch.Tensor | None = None
+    _cast_masks: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
 
     @property
     def key_padding(self) -> torch.Tensor:
@@ -96,6 +97,15 @@ class AttentionContext:
             zero = torch.zeros((), device=self.item_seq.device)
             self._additive_mask = torch.where(allowed, zero, torch.full_like(zero, MASKED_LOGIT))
         return self._additive_mask
+
+    def additive_mask_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """``additive_mask`` in ``dtype`` (e.g. bf16 scores under autocast), cast once per pass, not per layer."""
+        mask = self.additive_mask
+        if mask.dtype == dtype:
+            return mask
+        if dtype not in self._cast_masks:
+            self._cast_masks[dtype] = mask.to(dtype)
+        return self._cast_masks[dtype]
 
     def record(self, name: str, value: torch.Tensor) -> None:
         """Keep ``value`` (one entry per layer) if an auxiliary loss asked for ``name``."""

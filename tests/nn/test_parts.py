@@ -141,3 +141,12 @@ def test_a_part_name_cannot_be_registered_twice():
     registry.register("a")(type("A", (torch.nn.Module,), {}))
     with pytest.raises(ValueError, match="registered twice"):
         registry.register("a")(type("B", (torch.nn.Module,), {}))
+
+
+def test_additive_mask_is_cast_once_per_pass():
+    context = AttentionContext(item_seq=torch.tensor([[3, 4, 0]]), causal=True,
+                               position=POSITION.build(parse_part_spec(POSITION, "none", "position"), DIMS))
+    assert context.additive_mask_as(torch.float32) is context.additive_mask
+    low = context.additive_mask_as(torch.bfloat16)
+    assert low.dtype == torch.bfloat16 and torch.equal(low.float(), context.additive_mask.to(torch.bfloat16).float())
+    assert context.additive_mask_as(torch.bfloat16) is low
