@@ -14,7 +14,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
 
     run = commands.add_parser("run", help="train and evaluate one config")
-    run.add_argument("--config", required=True, help="YAML file; a bare name is also looked up in configs/")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="YAML file; a bare name is also looked up in configs/")
+    source.add_argument("--resume", metavar="RUN_DIR",
+                        help="continue a killed run (or train a finished one further) from RUN_DIR/resume.pth "
+                             "under its own config.yaml; --set may change only epochs, stopping_step and how it runs")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a key (YAML value; a.b=1 sets a nested option); repeatable")
 
@@ -41,9 +45,9 @@ def print_metrics(title: str, result: dict[str, float]) -> None:
 
 
 def command_run(args) -> int:
-    from recbole_ext.runner import run
+    from recbole_ext.runner import resume_run, run
 
-    result = run(args.config, args.overrides)
+    result = resume_run(args.resume, args.overrides) if args.resume else run(args.config, args.overrides)
     print(f"run directory: {result.run_dir}")
     print_metrics(f"best valid (epoch {result.best_epoch})", result.best_valid_result)
     print_metrics("test", result.test_result)

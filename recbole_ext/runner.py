@@ -6,13 +6,16 @@ A run directory (``<output_dir>/<run_name>/``) holds:
 - ``history.json``   per epoch: each loss term, train/valid time, validation metrics
 - ``metrics.json``   best validation metrics and epoch, test metrics, wall time, versions, status
 - ``model.pth``      the best checkpoint (state dict + plain metadata; ``weights_only=True``)
+- ``resume.pth``     the last finished epoch's whole training state (:mod:`recbole_ext.resume`)
 - ``run.log``, ``tensorboard/``
 
 Every file is written atomically, so a killed run leaves complete files, and ``metrics.json`` says
-``"status": "running"`` until the run finished.
+``"status": "running"`` until the run finished. ``run(..., resume_dir=RUN_DIR)`` continues a killed
+(or finished, with more epochs) run from ``resume.pth``; ``metrics.json`` lists each resume.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -29,6 +32,7 @@ from recbole_ext.config import ResolvedConfig, resolve
 from recbole_ext.data import require_atomic_files
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.trimming import sort_evaluation_by_length
+from recbole_ext.resume import ResumeError, config_fingerprint, load_resume_state, restore_trainer, training_is_over
 from recbole_ext.trainer import trainer_class, write_json
 
 LOGGER = logging.getLogger("recbole_ext")
@@ -117,35 +121,78 @@ def build(config):
 
 def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
         values: dict[str, Any] | None = None, resolved: ResolvedConfig | None = None,
-        epoch_callback: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+        epoch_callback: Callable[[dict[str, Any]], None] | None = None,
+        resume_dir: str | os.PathLike | None = None) -> RunResult:
     """Train and test one config; see the module docstring for what it writes.
 
     ``epoch_callback`` gets each validated epoch's ``history.json`` entry once its checkpoint (if
     best) is saved (sweeps report it to Ray Tune; a scheduler may end the process there).
+    ``resume_dir``: continue that run directory from its ``resume.pth`` instead of starting a new one
+    (the config must be the one it trained under, up to ``resume.CHANGEABLE_ON_RESUME``).
     """
     started = time.time()
     resolved = resolved or resolve(config_file, overrides, values)
     require_atomic_files(resolved)
     if resolved.values.get("num_threads"):
         torch.set_num_threads(resolved.values["num_threads"])
-    run_dir = plan_run_dir(resolved)
+    fingerprint = config_fingerprint(resolved.as_dict())
+    state = None
+    if resume_dir is None:
+        run_dir = plan_run_dir(resolved)
+    else:
+        run_dir = Path(resume_dir).resolve()
+        state = load_resume_state(run_dir, fingerprint)
     config = recbole_config(resolved, checkpoint_dir=run_dir)
+    metrics = {"status": "running", "model": resolved.model_name, "dataset": resolved.dataset,
+               "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if state is not None:
+        metrics = _resumed_metrics(run_dir, state, config, metrics)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(
         {**resolved.as_dict(), "_sources": [str(p) for p in resolved.files]}, sort_keys=False)
     atomic_write_bytes(run_dir / "config.yaml", lambda handle: handle.write(config_text.encode()))
-    metrics = {"status": "running", "model": resolved.model_name, "dataset": resolved.dataset,
-               "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     write_json(run_dir / "metrics.json", metrics)
     try:
-        return _train_and_test(config, run_dir, metrics, started, epoch_callback)
+        return _train_and_test(config, run_dir, metrics, started, epoch_callback, fingerprint, state)
     except BaseException as error:
         metrics.update(status="failed", error=f"{error.__class__.__name__}: {error}")
         write_json(run_dir / "metrics.json", metrics)
         raise
 
 
-def _train_and_test(config, run_dir: Path, metrics: dict, started: float, epoch_callback=None) -> RunResult:
+def resume_run(run_dir: str | os.PathLike, overrides: list[str] = ()) -> RunResult:
+    """Continue ``run_dir`` under the config it recorded (``config.yaml``), with ``overrides`` on top."""
+    config_file = Path(run_dir) / "config.yaml"
+    try:
+        values = yaml.safe_load(config_file.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ResumeError(f"{config_file}: cannot read the run's config ({error.__class__.__name__}: {error})") from None
+    if not isinstance(values, dict):
+        raise ResumeError(f"{config_file}: not a run directory's config")
+    values.pop("_sources", None)
+    return run(values=values, overrides=overrides, resume_dir=run_dir)
+
+
+def _resumed_metrics(run_dir: Path, state: dict, config, fresh: dict) -> dict:
+    """``metrics.json`` of a resumed run: the first start kept, this resume appended, no stale result."""
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        metrics = dict(fresh)
+    start_epoch = state["epoch"] + 1
+    if metrics.get("status") == "finished" and training_is_over(
+            start_epoch, state["cur_step"], config["epochs"], config["stopping_step"], config["eval_step"] > 0):
+        raise ResumeError(f"{run_dir}: finished, nothing left to train; raise epochs or stopping_step "
+                          "(--set) to train it further")
+    for stale in ("error", "best_epoch", "best_valid_score", "valid", "test", "wall_time_s", "epochs_run"):
+        metrics.pop(stale, None)
+    metrics.update(status="running", versions=versions())
+    metrics.setdefault("resumed", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_epoch": start_epoch})
+    return metrics
+
+
+def _train_and_test(config, run_dir: Path, metrics: dict, started: float, epoch_callback=None,
+                    fingerprint: str | None = None, state: dict | None = None) -> RunResult:
 
     init_logging(config, run_dir / "run.log")
     LOGGER.info("run directory: %s", run_dir)
@@ -153,15 +200,26 @@ def _train_and_test(config, run_dir: Path, metrics: dict, started: float, epoch_
     LOGGER.info(dataset)
     LOGGER.info(model)
     trainer = trainer_class(config)(config, model, run_dir=run_dir)
+    elapsed_before = state["elapsed_s"] if state is not None else 0.0
+    if fingerprint is not None:
+        trainer.keep_resume_state(fingerprint, since=started, elapsed_before_s=elapsed_before)
     show_progress = bool(config["show_progress"])
     after_validation = (lambda epoch, score: epoch_callback(dict(trainer.history[-1]))) if epoch_callback else None
-    best_valid_score, best_valid_result = trainer.fit(train_data, valid_data, saved=True, show_progress=show_progress,
-                                                      callback_fn=after_validation)
+    if state is not None:
+        restore_trainer(trainer, train_data, state)
+        LOGGER.info("resumed after epoch %d (resume.pth)", state["epoch"])
+    if state is not None and training_is_over(trainer.start_epoch, trainer.cur_step, trainer.epochs,
+                                              trainer.stopping_step, bool(valid_data) and trainer.eval_step > 0):
+        trainer.eval_collector.data_collect(train_data)  # what fit would have done before testing
+        best_valid_score, best_valid_result = trainer.best_valid_score, trainer.best_valid_result
+    else:
+        best_valid_score, best_valid_result = trainer.fit(train_data, valid_data, saved=True, show_progress=show_progress,
+                                                          callback_fn=after_validation)
     test_result = trainer.evaluate(test_data, load_best_model=True, show_progress=show_progress)
     # RecBole's early stopping keeps the latest of equally good epochs (it compares with >=).
     best_epoch = next((e["epoch"] for e in reversed(trainer.history) if e.get("valid_score") == float(best_valid_score)), None)
     result = RunResult(run_dir, float(best_valid_score), _float_dict(best_valid_result), _float_dict(test_result),
-                       best_epoch, time.time() - started)
+                       best_epoch, elapsed_before + time.time() - started)
     metrics.update(status="finished", best_epoch=best_epoch, best_valid_score=result.best_valid_score,
                    valid=result.best_valid_result, test=result.test_result, wall_time_s=result.wall_time_s,
                    epochs_run=len(trainer.history), valid_metric=config["valid_metric"])

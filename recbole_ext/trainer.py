@@ -1,7 +1,8 @@
 """RecBole's trainer loop, plus: named loss terms, per-epoch history (with the model's
 ``training_statistics()``, e.g. Rec-Denoiser's mask sparsity), bf16 autocast, ``compile``,
 length-bucketed batches (``length_bucketing``, ``data/bucketing.py``), a faster evaluation
-collector (:class:`OnePositiveCollector`), a run directory.
+collector (:class:`OnePositiveCollector`), a run directory, and after every epoch the state a
+killed run resumes from (:mod:`recbole_ext.resume`).
 
 :func:`trainer_class` puts :class:`RunTrainerMixin` in front of whatever trainer RecBole would
 use for a model (``Trainer`` for sequential models), so early stopping, evaluation and metrics
@@ -24,6 +25,7 @@ from tqdm import tqdm
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
+from recbole_ext.resume import RESUME_FILE, save_resume_state
 
 
 class TrainingDiverged(RecboleExtError):
@@ -86,6 +88,35 @@ class RunTrainerMixin:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self.resume_fingerprint: str | None = None  # set by keep_resume_state: no resume.pth without it
+        self._validates = False
+        self._train_loader = None
+
+    def keep_resume_state(self, fingerprint: str, since: float, elapsed_before_s: float = 0.0) -> None:
+        """Write ``resume.pth`` after every epoch; ``since``/``elapsed_before_s`` give the run's wall time."""
+        self.resume_fingerprint = fingerprint
+        self._clock = (since, elapsed_before_s)
+
+    def _save_resume_state(self, epoch_idx: int) -> None:
+        if self.run_dir is None or self.resume_fingerprint is None:
+            return
+        since, before = self._clock
+        save_resume_state(self.run_dir / RESUME_FILE, self, self._train_loader, self.resume_fingerprint,
+                          before + time.time() - since, epoch_idx)
+
+    def fit(self, train_data, valid_data=None, verbose=True, saved=True, show_progress=False, callback_fn=None):
+        """RecBole's ``fit``; the resume state is written once an epoch is validated and its best
+        checkpoint saved (before ``callback_fn``, which may end the process: a sweep's scheduler)."""
+        self._train_loader = train_data
+        self._validates = bool(valid_data) and self.eval_step > 0
+
+        def after_validation(epoch_idx, valid_score):
+            self._save_resume_state(epoch_idx)
+            if callback_fn is not None:
+                callback_fn(epoch_idx, valid_score)
+
+        return super().fit(train_data, valid_data, verbose=verbose, saved=saved, show_progress=show_progress,
+                           callback_fn=after_validation)
 
     def autocast(self):
         """bf16 autocast for ``bf16: true``; RecBole's ``enable_amp`` (fp16 on CUDA) keeps working."""
@@ -144,6 +175,9 @@ class RunTrainerMixin:
                 self.logger.info(f"epoch {epoch_idx} {name}: " + ", ".join(f"{key} {value:.4g}" for key, value in values.items()))
         self.history.append(entry)
         self._write_history()
+        if not (self._validates and (epoch_idx + 1) % self.eval_step == 0):  # else after validation
+            self.train_loss_dict[epoch_idx] = sum(sums)  # RecBole sets it after this returns
+            self._save_resume_state(epoch_idx)
         return sums if len(sums) > 1 else sums[0]
 
     def _generate_train_loss_output(self, epoch_idx, s_time, e_time, losses):

@@ -2,9 +2,11 @@
 
 The cache is the run directories themselves: ``<out>/runs/<key>/`` with ``key`` the config hash
 (:func:`recbole_ext.repro.plan.cache_key`). A run is finished when its ``metrics.json`` says
-``"status": "finished"`` and ``measure.json`` (peak memory, written last) exists; anything else in
-the directory is the remains of a killed or failed run and is removed before the run starts again.
-So rerunning a table runs only missing cells, and a killed reproduction resumes where it stopped.
+``"status": "finished"`` and ``measure.json`` (peak memory, written last) exists. Anything else is
+a killed or failed run: it continues from its last finished epoch (``resume.pth``,
+:mod:`recbole_ext.resume`), or starts again when it has none (killed in its first epoch) or
+trained under another config. So rerunning a table runs only missing cells, and a killed
+reproduction resumes where it stopped, within the epoch.
 """
 from __future__ import annotations
 
@@ -32,21 +34,29 @@ def is_finished(run_dir: Path) -> bool:
     return metrics.get("status") == "finished" and (run_dir / MEASURE_FILE).is_file()
 
 
-def execute_run(spec: RunSpec) -> Path:
+def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
     """Train and test one run (in this process) and record its peak memory; returns the run directory."""
     import torch
 
     from recbole_ext.compat import atomic_write_bytes
     from recbole_ext.config import resolve
+    from recbole_ext.resume import ResumeError
     from recbole_ext.runner import run
 
     run_dir = run_dir_of(spec)
-    if run_dir.exists():  # a killed or failed attempt
-        shutil.rmtree(run_dir)
+    resolved = resolve(spec.config_file, [], spec.values)
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    result = run(resolved=resolve(spec.config_file, [], spec.values))
+    result = None
+    if run_dir.exists():  # a killed or failed attempt
+        try:
+            result = run(resolved=resolved, resume_dir=run_dir)
+        except ResumeError as error:
+            log(f"starting {spec.key} again: {error}")
+            shutil.rmtree(run_dir)
+    if result is None:
+        result = run(resolved=resolved)
     measure = {"device": torch.cuda.get_device_name(0) if cuda else "cpu",
                # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
                "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}

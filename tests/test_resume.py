@@ -1,0 +1,111 @@
+"""Resuming a killed run (``recbole_ext.resume``): the rest of the run equals the unkilled one, exactly."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from recbole_ext.cli import main
+from recbole_ext.repro import execute
+from recbole_ext.repro.plan import RunSpec
+from recbole_ext.resume import RESUME_FILE, ResumeError
+from recbole_ext.runner import resume_run, run
+
+from .conftest import TINY_CONFIG, TINY_DATA
+
+
+class Killed(KeyboardInterrupt):
+    """A SIGINT raised in-process, after an epoch's resume state is written."""
+
+
+def kill_after_epoch(last: int):
+    def callback(entry):
+        if entry["epoch"] == last:
+            raise Killed()
+    return callback
+
+
+def history_without_times(run_dir):
+    history = json.loads((run_dir / "history.json").read_text())
+    return [{k: v for k, v in entry.items() if not k.endswith("_time_s")} for entry in history]
+
+
+CASES = {
+    # BPR draws negatives from numpy's global generator, dropout from torch's, shuffling from the loader's
+    "seqtransformer-bpr": (TINY_CONFIG, ["loss_type=BPR", "epochs=3"]),
+    # Rec-Denoiser keeps its own mask-noise generator, created lazily in the first training pass
+    "denoiser": (TINY_DATA, ["model=Denoiser", "epochs=3", "hidden_size=16", "inner_size=32"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_resumed_run_ends_exactly_where_the_unkilled_one_does(in_tmp, case):
+    config, overrides = CASES[case]
+    unkilled = run(config, overrides + ["run_name=unkilled"])
+    with pytest.raises(Killed):
+        run(config, overrides + ["run_name=killed"], epoch_callback=kill_after_epoch(1))
+    killed_dir = in_tmp / "runs" / "killed"
+    assert json.loads((killed_dir / "metrics.json").read_text())["status"] == "failed"
+    assert torch.load(killed_dir / RESUME_FILE, weights_only=True)["epoch"] == 1
+
+    resumed = resume_run(killed_dir)
+    assert resumed.run_dir == killed_dir
+    assert history_without_times(killed_dir) == history_without_times(unkilled.run_dir)
+    assert resumed.test_result == unkilled.test_result and resumed.best_epoch == unkilled.best_epoch
+    metrics = json.loads((killed_dir / "metrics.json").read_text())
+    assert metrics["status"] == "finished" and metrics["epochs_run"] == 3 and "error" not in metrics
+    assert [entry["from_epoch"] for entry in metrics["resumed"]] == [2]
+
+
+def test_a_finished_run_trains_further_only_when_asked(in_tmp):
+    first = run(TINY_CONFIG, ["epochs=1", "run_name=done"])
+    with pytest.raises(ResumeError, match="finished, nothing left to train"):
+        resume_run(first.run_dir)
+    longer = resume_run(first.run_dir, ["epochs=2"])
+    assert [entry["epoch"] for entry in json.loads((first.run_dir / "history.json").read_text())] == [0, 1]
+    reference = run(TINY_CONFIG, ["epochs=2", "run_name=reference"])
+    assert longer.test_result == reference.test_result
+
+
+def test_resuming_under_another_config_names_the_key(in_tmp, capsys):
+    with pytest.raises(Killed):
+        run(TINY_CONFIG, ["epochs=2", "run_name=killed"], epoch_callback=kill_after_epoch(0))
+    code = main(["run", "--resume", str(in_tmp / "runs" / "killed"), "--set", "hidden_size=16"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert "resume.pth: trained with hidden_size=32, the config now says 16" in err
+
+
+def test_a_run_killed_in_its_first_epoch_has_nothing_to_resume(in_tmp, monkeypatch, capsys):
+    from recbole_ext.trainer import RunTrainerMixin
+
+    def killed(*args, **kwargs):
+        raise Killed()
+
+    monkeypatch.setattr(RunTrainerMixin, "_train_epoch", killed)
+    with pytest.raises(Killed):
+        run(TINY_CONFIG, ["run_name=early"])
+    monkeypatch.undo()
+    code = main(["run", "--resume", str(in_tmp / "runs" / "early")])
+    assert code == 2 and "no resume.pth (the run stopped before its first epoch ended" in capsys.readouterr().err
+
+
+def test_the_cli_resumes_and_prints_the_result(in_tmp, capsys):
+    with pytest.raises(Killed):
+        run(TINY_CONFIG, ["run_name=killed"], epoch_callback=kill_after_epoch(0))
+    assert main(["run", "--resume", "runs/killed"]) == 0
+    out = capsys.readouterr().out
+    assert "best valid (epoch" in out and "test: " in out
+
+
+def test_a_reproduction_cell_continues_from_its_last_epoch(in_tmp):
+    spec = RunSpec(key="cell", config_file=str(TINY_CONFIG), seed=2020,
+                   values={"output_dir": str(in_tmp / "cache"), "run_name": "cell", "epochs": 2})
+    with pytest.raises(Killed):
+        run(str(TINY_CONFIG), values=dict(spec.values), epoch_callback=kill_after_epoch(0))
+    lines = []
+    execute.execute_run(spec, log=lines.append)
+    run_dir = execute.run_dir_of(spec)
+    assert lines == [] and execute.is_finished(run_dir)
+    assert [entry["from_epoch"] for entry in json.loads((run_dir / "metrics.json").read_text())["resumed"]] == [1]
