@@ -38,7 +38,7 @@ from recbole_ext.errors import CheckpointError, ConfigError
 RESUME_FILE = "resume.pth"
 # What a resumed run may change: how long and how it trains, never what it trains.
 CHANGEABLE_ON_RESUME = frozenset({"epochs", "stopping_step", "num_threads", "show_progress", "state",
-                                  "run_name", "output_dir"})
+                                  "run_name", "output_dir", "gpu_id", "eval_batch_size"})
 
 
 class ResumeError(ConfigError):

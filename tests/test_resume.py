@@ -109,3 +109,30 @@ def test_a_reproduction_cell_continues_from_its_last_epoch(in_tmp):
     run_dir = execute.run_dir_of(spec)
     assert lines == [] and execute.is_finished(run_dir)
     assert [entry["from_epoch"] for entry in json.loads((run_dir / "metrics.json").read_text())["resumed"]] == [1]
+
+
+def test_an_interrupted_sweep_trial_replays_its_epochs_then_continues(in_tmp, monkeypatch):
+    """``run_trial`` as Ray restarts it after the sweep was killed in the trial's second epoch."""
+    ray = pytest.importorskip("ray")
+    from ray import tune
+
+    from recbole_ext.tune.trial import TrialPlan, run_trial
+
+    plan = TrialPlan(config_file=str(TINY_CONFIG), overrides=("epochs=3",), space_keys=("learning_rate",),
+                     metric="NDCG@10", mode="max", runs_dir=str(in_tmp / "runs"))
+    params = {"learning_rate": 0.003}
+    overrides = plan.trial_overrides(params, "trial_a", 1, [])
+    with pytest.raises(Killed):
+        run(str(TINY_CONFIG), overrides, epoch_callback=kill_after_epoch(0))
+    reports = []
+    monkeypatch.setattr(tune, "get_context", lambda: type("Context", (), {"get_trial_id": lambda self: "trial_a"})())
+    monkeypatch.setattr(tune, "report", reports.append)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Runtime", (), {
+        "get_node_id": lambda self: "node", "get_assigned_resources": lambda self: {"CPU": 1}})())
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
+    run_trial(params, plan)
+
+    assert [report["epoch"] for report in reports] == [1, 2, 3, 3] and reports[-1]["finished"]
+    unkilled = run(str(TINY_CONFIG), [o for o in overrides if not o.startswith("run_name")] + ["run_name=unkilled"])
+    assert reports[-1]["test"] == unkilled.test_result
+    assert json.loads((in_tmp / "runs" / "trial_a" / "metrics.json").read_text())["resumed"][0]["from_epoch"] == 1

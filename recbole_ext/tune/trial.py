@@ -1,7 +1,9 @@
 """One trial, inside a Ray worker: a normal run through :func:`recbole_ext.runner.run`.
 
 Each validated epoch is reported (``valid/<metric>``, ``epoch``) so a scheduler can stop the
-trial; the last report adds the test metrics of the best epoch. Everything the trial needs
+trial; the last report adds the test metrics of the best epoch. A trial interrupted with its sweep
+continues from its last finished epoch (``resume.pth``, :mod:`recbole_ext.resume`) after
+reporting the epochs it had already validated again, as Ray restarts its result stream. Everything the trial needs
 arrives as absolute paths in a :class:`TrialPlan`, because a worker's working directory is not
 the driver's.
 """
@@ -60,6 +62,8 @@ def run_trial(params: dict[str, Any], plan: TrialPlan) -> None:
     import ray
     from ray import tune
 
+    from recbole_ext.config import resolve
+    from recbole_ext.resume import ResumeError, config_fingerprint, load_resume_state
     from recbole_ext.runner import run
     from recbole_ext.trainer import write_json
 
@@ -78,18 +82,24 @@ def run_trial(params: dict[str, Any], plan: TrialPlan) -> None:
             tune.report(_report_entry(entry, node_id, str(run_dir)))
         tune.report(_final_report(metrics, history[-1]["epoch"] + 1 if history else 0, node_id, str(run_dir)))
         return
-    if run_dir.exists():  # an interrupted attempt of this trial: it restarts from epoch 0
-        shutil.rmtree(run_dir)
-
     reported: list[int] = []
 
     def report_epoch(entry: dict[str, Any]) -> None:
         reported.append(entry["epoch"] + 1)
         tune.report(_report_entry(entry, node_id, str(run_dir)))
 
-    overrides = plan.trial_overrides(params, trial_id, threads, ray.get_gpu_ids())
+    resolved = resolve(plan.config_file, plan.trial_overrides(params, trial_id, threads, ray.get_gpu_ids()))
+    state = None
+    if run_dir.exists():  # an interrupted attempt of this trial
+        try:
+            state = load_resume_state(run_dir, config_fingerprint(resolved.as_dict()))
+        except ResumeError:  # stopped inside its first epoch: nothing to continue from
+            shutil.rmtree(run_dir)
     try:
-        result = run(plan.config_file, overrides, epoch_callback=report_epoch)
+        for entry in (state or {}).get("history", []):
+            if "valid" in entry:
+                report_epoch(entry)
+        result = run(resolved=resolved, epoch_callback=report_epoch, resume_dir=run_dir if state else None)
     except SystemExit:  # how Ray ends a trial its scheduler stopped (the runner recorded "failed")
         metrics = _read_json(run_dir / "metrics.json") or {}
         metrics.pop("error", None)
