@@ -1,7 +1,7 @@
 """Training-step time of every paper model against RecBole's SASRec and FEARec, on CPU or CUDA.
 
     python benchmarks/model_steps.py [--device cpu|cuda] [--models SASRec,FEARec,SeqTransformer,...]
-                                     [--precision fp32,bf16] [--compile] [--rounds 2] [--steps 8]
+                                     [--precision fp32,bf16] [--compile] [--rounds 3] [--settle 5] [--steps 8]
                                      [--batch 2048] [--length 50] [--json PATH] [--quick]
 
 ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
@@ -16,7 +16,8 @@ as a user gets it.
 
 Printed per model and precision: median seconds per step (forward, backward, Adam; CUDA
 synchronised), its ratio to our ``SeqTransformer`` (SASRec-equivalent) and to RecBole's
-``SASRec`` and ``FEARec`` in the same run, and CUDA peak memory. Rounds alternate the models.
+``SASRec`` and ``FEARec`` in the same run, and CUDA peak memory. Every round runs every model, in
+reverse order every other round; times are medians over rounds and ratios medians of per-round ratios.
 ``--compile`` wraps ``calculate_loss`` in ``torch.compile`` (see docs/performance.md for when it
 helps). ``--quick``: smoke run (tiny sizes, 1 round, 1 step); its numbers mean nothing.
 """
@@ -101,7 +102,11 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--precision", default="fp32,bf16", help="fp32, bf16 or both")
     parser.add_argument("--compile", action="store_true", help="torch.compile(calculate_loss)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run every model R times, the order reversed every other round; report medians")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds to wait after each worker exits (a big one, e.g. RecBole's FEARec, leaves "
+                             "the kernel reclaiming its memory, which slowed the next worker on 2 vCPUs)")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=2048)
@@ -113,7 +118,7 @@ def main() -> None:
     parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.batch, args.length, args.rounds, args.steps, args.warmup = 64, 20, 1, 1, 1
+        args.batch, args.length, args.rounds, args.steps, args.warmup, args.settle = 64, 20, 1, 1, 1, 0.0
 
     if args.worker:
         model_name, _, precision = args.worker.partition(":")
@@ -124,9 +129,9 @@ def main() -> None:
     cells = [(m, p) for p in precisions for m in models]
     rounds: list[dict[str, dict]] = []
     with tempfile.TemporaryDirectory() as scratch:
-        for _ in range(args.rounds):
+        for index in range(args.rounds):
             results = {}
-            for model_name, precision in cells:
+            for model_name, precision in (cells if index % 2 == 0 else cells[::-1]):
                 command = [sys.executable, __file__, "--worker", f"{model_name}:{precision}", "--scratch", scratch,
                            "--device", args.device, "--batch", str(args.batch), "--length", str(args.length),
                            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
@@ -135,7 +140,8 @@ def main() -> None:
                 if done.returncode:
                     raise SystemExit(f"{model_name} ({precision}) failed:\n{done.stderr[-3000:]}")
                 results[f"{model_name}:{precision}"] = json.loads(done.stdout.strip().splitlines()[-1])
-            rounds.append(results)
+                time.sleep(args.settle)
+            rounds.append({key: results[key] for key in (f"{m}:{p}" for m, p in cells)})
 
     first = next(iter(rounds[0].values()))
     print(f"device: {first['device']} ({args.device}), torch threads {first['threads']}; ml-100k, batch {args.batch}, "
