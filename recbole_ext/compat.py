@@ -191,8 +191,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict:
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
+        reason = next((line.strip() for line in str(error).splitlines() if "Unsupported" in line), "pickled objects")
+        if "Unsupported global" not in reason:  # no pickled object in the way: a damaged or foreign file
+            raise CheckpointError(f"{path}: not a readable checkpoint (UnpicklingError: {reason})") from None
         if os.environ.get(TRUST_PICKLE_ENV) != "1":
-            reason = next((line.strip() for line in str(error).splitlines() if "Unsupported" in line), "pickled objects")
             raise CheckpointError(
                 f"{path}: holds pickled objects (e.g. a stock RecBole checkpoint; {reason}); loading it could run "
                 f"arbitrary code, so it is refused. If you trust the file, set {TRUST_PICKLE_ENV}=1"

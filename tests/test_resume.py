@@ -76,6 +76,21 @@ def test_resuming_under_another_config_names_the_key(in_tmp, capsys):
     assert code == 2 and err.count("\n") == 0, err
     assert "resume.pth: trained with hidden_size=32, the config now says 16" in err
 
+    (in_tmp / "runs" / "killed" / RESUME_FILE).write_bytes(b"not a checkpoint")
+    assert main(["run", "--resume", str(in_tmp / "runs" / "killed")]) == 2
+    assert "resume.pth: not a readable checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config_text, message", [(None, "config.yaml: cannot read the run's config (FileNotFoundError"),
+                                                   ("- a list\n", "config.yaml: not a run directory's config")])
+def test_resuming_something_that_is_not_a_run_directory(in_tmp, capsys, config_text, message):
+    (in_tmp / "not_a_run").mkdir()
+    if config_text is not None:
+        (in_tmp / "not_a_run" / "config.yaml").write_text(config_text)
+    assert main(["run", "--resume", str(in_tmp / "not_a_run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0, err
+
 
 def test_a_run_killed_in_its_first_epoch_has_nothing_to_resume(in_tmp, monkeypatch, capsys):
     from recbole_ext.trainer import RunTrainerMixin
