@@ -27,6 +27,7 @@ from torch import nn
 from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
 from recbole_ext.models.trimming import declared_exact, trim_batch
+from recbole_ext.nn.context import real_token_index
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
 from recbole_ext.nn.context import MainPassReplay
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
@@ -62,6 +63,8 @@ class SeqTransformer(SequentialRecommender):
         "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py)"),
         "trim_padding": Key(bool, "cut each batch's trailing padding where every part declares it exact "
                                   "(models/trimming.py)"),
+        "pack_tokens": Key(bool, "run the token-wise layers (residuals, norms, dropout, feed-forward) on real "
+                                 "tokens only, where every part declares trimming exact (nn/transformer.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
         # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
         # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
@@ -113,6 +116,8 @@ class SeqTransformer(SequentialRecommender):
             if module is not self and hasattr(module, "reset_part_parameters"):
                 module.reset_part_parameters()
         self.trims_padding = bool(config["trim_padding"]) and declared_exact(self)
+        # The same declaration covers packing: outputs at real positions never read padded ones.
+        self.packs_tokens = bool(config["pack_tokens"]) and declared_exact(self)
         self.list_suffix = config["LIST_SUFFIX"]
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -135,7 +140,7 @@ class SeqTransformer(SequentialRecommender):
 
     def attention_context(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> AttentionContext:
         return AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
-                                inputs=inputs)
+                                inputs=inputs, real_tokens=real_token_index(item_seq) if self.packs_tokens else None)
 
     def encode_embedded(self, embedded: torch.Tensor, context: AttentionContext,
                         encoder: nn.Module | None = None) -> EncoderOutput:

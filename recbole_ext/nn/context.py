@@ -78,6 +78,9 @@ class AttentionContext:
     # it (``SoftmaxAttention.probabilities``); set by a wrapping part for the duration of its inner call,
     # e.g. Rec-Denoiser's learned binary mask M = A ⊙ Z (``attention_masked.py``). None: unchanged.
     probability_gate: torch.Tensor | None = None
+    # Flat indices [T] of the real positions of [B, L] when token-wise layers run on those alone
+    # (``pack_tokens``; :class:`~recbole_ext.nn.transformer.TransformerBlock`); None: every position.
+    real_tokens: torch.Tensor | None = None
     _additive_mask: torch.Tensor | None = None
     _cast_masks: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
 
@@ -111,6 +114,12 @@ class AttentionContext:
         """Keep ``value`` (one entry per layer) if an auxiliary loss asked for ``name``."""
         if name in self.wants:
             self.records.setdefault(name, []).append(value)
+
+
+def real_token_index(item_seq: torch.Tensor) -> torch.Tensor | None:
+    """Flat indices of the non-padding positions of ``item_seq`` [B, L]; None when there is no padding."""
+    real = (item_seq != 0).flatten()
+    return None if bool(real.all()) else real.nonzero().squeeze(1)
 
 
 @dataclass

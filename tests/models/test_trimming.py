@@ -83,10 +83,10 @@ def short_rows(loader, field: str):
     raise AssertionError("no batch with enough short sequences")
 
 
-def outputs(model, train_batch, test_batch, trim: bool) -> list[torch.Tensor]:
+def outputs(model, train_batch, test_batch, trim: bool, pack: bool = False) -> list[torch.Tensor]:
     """Losses (train mode: every aux term runs) and scores (eval mode), seeded alike."""
     model = copy.deepcopy(model)  # parts with their own generators start from the same state
-    model.trims_padding = trim
+    model.trims_padding, model.packs_tokens = trim, pack
     torch.manual_seed(7)
     model.train()
     losses = model.calculate_loss(train_batch)
@@ -119,12 +119,19 @@ def test_trimmed_batches_give_the_same_outputs_where_declared_exact(loaders, set
     trimmed = outputs(model, train_batch, test_batch, trim=True)
     # Hutchinson's η is drawn over [B, L, D]: its estimate is equal in distribution, not per draw.
     sampled_terms = {1 + i for i, spec in enumerate(model.aux_specs) if spec.part.name == "jacobian_penalty"}
-    same = [torch.allclose(a, b, atol=1e-5, rtol=1e-5)
-            for index, (a, b) in enumerate(zip(untrimmed, trimmed)) if index not in sampled_terms]
+
+    def agree(first, second):
+        return [torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+                for index, (a, b) in enumerate(zip(first, second)) if index not in sampled_terms]
+
+    same = agree(untrimmed, trimmed)
     assert_trains_under_bf16(model, train_batch)
     if declared_exact(model):
         assert model.trims_padding
         assert all(same), f"outputs differ under trimming: {same}"
+        # pack_tokens rests on the same declaration: token-wise layers on real tokens only
+        packed = outputs(model, train_batch, test_batch, trim=False, pack=True)
+        assert all(agree(untrimmed, packed)), f"outputs differ with packed tokens: {agree(untrimmed, packed)}"
     else:
         assert not model.trims_padding
         assert not all(same), "declared inexact, but trimming changes nothing: declare it exact"
