@@ -27,9 +27,8 @@ from torch import nn
 from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
 from recbole_ext.models.trimming import declared_exact, trim_batch
-from recbole_ext.nn.context import real_token_index
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
-from recbole_ext.nn.context import MainPassReplay
+from recbole_ext.nn.context import MainPassReplay, real_token_index
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.transformer import ACTIVATIONS
@@ -115,9 +114,10 @@ class SeqTransformer(SequentialRecommender):
         for module in self.modules():  # parts with their own init (e.g. zero-initialised tables)
             if module is not self and hasattr(module, "reset_part_parameters"):
                 module.reset_part_parameters()
-        self.trims_padding = bool(config["trim_padding"]) and declared_exact(self)
+        exact = declared_exact(self)
+        self.trims_padding = bool(config["trim_padding"]) and exact
         # The same declaration covers packing: outputs at real positions never read padded ones.
-        self.packs_tokens = bool(config["pack_tokens"]) and declared_exact(self)
+        self.packs_tokens = bool(config["pack_tokens"]) and exact
         self.list_suffix = config["LIST_SUFFIX"]
 
     def _init_weights(self, module: nn.Module) -> None:
