@@ -1,7 +1,7 @@
 """Training-step time: our SASRec-equivalent (SeqTransformer) against stock RecBole SASRec.
 
     python benchmarks/train_step.py [--rounds 3] [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N]
-        [--variants stock,ours-exact,ours-fp32,ours-bf16,ours-compile,ours-bf16-compile] [--compile-mode M]
+        [--variants stock,ours-exact,ours-fp32,ours-bf16,ours-fp32-pack,ours-compile,...] [--compile-mode M]
         [--compile-dynamic none|true|false] [--compile-fallback-random] [--probe-lengths 50,21,8] [--json PATH]
 
 Same data (ml-100k, RecBole's loader), same config (RecBole's SASRec defaults: 2 layers, 2 heads,
@@ -16,6 +16,9 @@ other, so process-wide settings (allocator, anomaly mode) cannot leak between th
   ``dropout_impl: torch`` (RecBole's dropout random stream): its losses must equal stock's.
 - ``ours-fp32``: SeqTransformer with its defaults (fast dropout: same distribution, other stream).
 - ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``).
+- ``ours-fp32-pack`` / ``ours-bf16-pack`` (not run by default): with ``pack_tokens: true`` (projections
+  and the token-wise layers on real tokens only; ml-100k's batches are ~78% real tokens). Its
+  "vs eager" column compares it with the same variant unpacked, when that ran.
 - ``ours-compile`` / ``ours-bf16-compile`` (not run by default): ``ours-fp32`` / ``ours-bf16`` with
   ``model.calculate_loss`` under ``torch.compile`` (``--compile-mode``, ``--compile-dynamic``);
   backward goes through AOTAutograd, Adam stays eager. ``--compile-fallback-random`` makes inductor
@@ -72,6 +75,8 @@ def recbole_setup(variant: str, args, dataset_name: str = "ml-100k", overrides: 
         config_class = Config
     else:
         import recbole_ext  # noqa: F401
+
+        overrides = {**(overrides or {}), "pack_tokens": variant.endswith("-pack")}
         from recbole_ext.compat import SafeConfig as config_class
         from recbole_ext.models import SeqTransformer as model_class
 
@@ -122,6 +127,10 @@ def parse_variant(variant: str) -> tuple[str, bool, bool]:
     return ("ours-fp32" if name == "ours" else name), compiled, trand
 
 
+def is_bf16(setup_variant: str) -> bool:
+    return "bf16" in setup_variant.split("-")
+
+
 def use_torch_rand_dropout() -> None:
     """EXPERIMENT, this worker process only (``+trand`` variants): fast dropout draws its uniforms
     with ``torch.rand`` instead of numpy's SFC64 (``recbole_ext.nn.dropout.uniform``). numpy and
@@ -135,7 +144,8 @@ def use_torch_rand_dropout() -> None:
     dropout.uniform = lambda shape, device: torch.rand(shape, device=device)
 
 
-def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers: int, n_item_rows: int) -> int:
+def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers: int, n_item_rows: int,
+                      token_rows: int | None = None) -> int:
     """Analytic GEMM FLOPs of one SASRec training step with CE over all items (2 FLOPs per multiply-add).
 
     Forward, with B·L token rows, D = hidden, I = inner (heads split D, so summed over heads the
@@ -151,9 +161,11 @@ def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers
     forward GEMM; the first layer's input gradient too, since it feeds the embedding), so a step is
     3 × forward. Not counted: elementwise work (softmax, norms, dropout, GELU, Adam), the embedding
     gather, biases. Causal masking does not skip the masked half of Q·Kᵀ and P·V: counted in full.
+    ``token_rows``: the rows the projections and feed-forward run on when tokens are packed
+    (``pack_tokens``: the real ones, rounded up), default B·L.
     ``tests/benchmarks/test_train_step_smoke.py`` checks this against torch's FLOP counter.
     """
-    tokens = batch * length
+    tokens = batch * length if token_rows is None else token_rows
     per_layer = 4 * 2 * tokens * hidden * hidden + 2 * 2 * batch * length * length * hidden \
         + 2 * 2 * tokens * hidden * inner
     forward = n_layers * per_layer + 2 * batch * hidden * n_item_rows
@@ -166,8 +178,15 @@ def step_flops(config, model, interaction) -> int:
     length = width
     if getattr(model, "trims_padding", False):
         length = min(width, int(interaction[model.ITEM_SEQ_LEN].max()) + getattr(model.backbone, "trailing_slots", 0))
+    rows = None
+    if getattr(model, "packs_tokens", False):  # the rows it packs: the real ones, rounded up
+        from recbole_ext.nn.context import real_token_index
+
+        index = real_token_index(interaction[model.ITEM_SEQ][:, :length])
+        rows = None if index is None else index.numel()
     return sasrec_step_flops(interaction[model.ITEM_SEQ].size(0), length, config["hidden_size"],
-                             config["inner_size"], config["n_layers"], model.item_embedding.weight.size(0))
+                             config["inner_size"], config["n_layers"], model.item_embedding.weight.size(0),
+                             token_rows=rows)
 
 
 def compile_loss(model, args):
@@ -218,7 +237,7 @@ def worker(variant: str, args) -> dict:
         if len(batches) == args.warmup + args.steps:
             break
     optimizer = torch.optim.Adam(model.parameters(), lr=config["learning_rate"])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=setup_variant.endswith("bf16"))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=is_bf16(setup_variant))
     loss_function = compile_loss(model, args) if compiled else model.calculate_loss
     torch.manual_seed(0)
     model.train()
@@ -324,8 +343,11 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def eager_counterpart(variant: str, variants: list[str]) -> str | None:
-    """The eager variant a compiled or ``+trand`` variant is compared with, when it ran."""
+    """The eager variant a compiled or ``+trand`` variant is compared with (a ``-pack`` one: the
+    same unpacked), when it ran."""
     setup_variant, compiled, trand = parse_variant(variant)
+    if setup_variant.endswith("-pack") and not compiled and not trand:
+        setup_variant = setup_variant.removesuffix("-pack")
     candidates = ([setup_variant + "+trand"] if trand and compiled else []) + [setup_variant]
     return next((c for c in candidates if c in variants and c != variant), None)
 
@@ -384,7 +406,7 @@ def main() -> None:
         first = statistics.median(r["first_step_s"] for r in per_round)
         flops = per_round[0]["flops_per_step"]
         gflops = flops / seconds / 1e9
-        peak = peaks.get("bf16" if parse_variant(variant)[0].endswith("bf16") else "fp32")
+        peak = peaks.get("bf16" if is_bf16(parse_variant(variant)[0]) else "fp32")
         faults = statistics.median(r["minor_faults_per_step"] for r in per_round)
         dynamo = per_round[0].get("dynamo", "")
         print(f"{variant:<24} {seconds:>8.3f} {ratio('stock', variant) if 'stock' in variants else '-':>18} "
@@ -392,8 +414,9 @@ def main() -> None:
               f"{f'{gflops / peak:.1%}' if peak else '-':>7} {faults:>11.0f}  {str(per_round[0]['anomaly_mode']):<7}  "
               f"{loss_gap('stock', variant) if 'stock' in variants else float('nan'):>13.2e} "
               f"{loss_gap(eager, variant) if eager else float('nan'):>13.2e}  {dynamo}")
-    print(f"GFLOP/s: analytic GEMM FLOPs of the step (sasrec_step_flops: {per_round[0]['flops_per_step'] / 1e9:.1f} "
-          "GFLOP at this size) / median s/step; of peak: against matmul_peak.py's best GEMM of the same dtype")
+    print(f"GFLOP/s: analytic GEMM FLOPs of the step (sasrec_step_flops: {rounds[0][variants[0]]['flops_per_step'] / 1e9:.1f} "
+          f"GFLOP for {variants[0]}; packed variants count their packed rows) / median s/step; of peak: against "
+          "matmul_peak.py's best GEMM of the same dtype")
     if args.probe_lengths:
         print("length probe (median over rounds): s/step of the first step at each new length (includes any "
               "recompilation) / of the second; new graphs compiled")

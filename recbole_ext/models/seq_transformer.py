@@ -28,7 +28,7 @@ from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
 from recbole_ext.models.trimming import declared_exact, trim_batch
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
-from recbole_ext.nn.context import MainPassReplay, real_token_index
+from recbole_ext.nn.context import MainPassReplay, on_real_tokens, real_token_index
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.transformer import ACTIVATIONS
@@ -62,8 +62,9 @@ class SeqTransformer(SequentialRecommender):
         "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py)"),
         "trim_padding": Key(bool, "cut each batch's trailing padding where every part declares it exact "
                                   "(models/trimming.py)"),
-        "pack_tokens": Key(bool, "run the token-wise layers (residuals, norms, dropout, feed-forward) on real "
-                                 "tokens only, where every part declares trimming exact (nn/transformer.py)"),
+        "pack_tokens": Key(bool, "run the token-wise layers (Q/K/V and output projections, residuals, norms, "
+                                 "dropout, feed-forward) on real tokens only, where every part declares trimming "
+                                 "exact (nn/transformer.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
         # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
         # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
@@ -148,7 +149,8 @@ class SeqTransformer(SequentialRecommender):
         (default: the model's). For backbones that reuse their input vectors (CORE pools them) or
         run a second stream through the same context (FDSA's feature stream)."""
         hidden = self.position.embed_input(embedded, context)
-        hidden = (encoder or self.encoder)(self.input_dropout(self.input_norm(hidden)), context)
+        hidden = on_real_tokens(lambda rows: self.input_dropout(self.input_norm(rows)), hidden, context.real_tokens)
+        hidden = (encoder or self.encoder)(hidden, context)
         return EncoderOutput(hidden, context)
 
     def trimmed(self, interaction):

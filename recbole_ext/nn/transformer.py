@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recbole_ext.nn.context import AttentionContext, TransformerDims
+from recbole_ext.nn.context import AttentionContext, TransformerDims, gather_tokens, scatter_tokens
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.registry import PartSpec
 from recbole_ext.nn.slots import ATTENTION
@@ -52,12 +52,14 @@ class TransformerBlock(nn.Module):
         index = context.real_tokens
         if index is None:
             return self.token_wise(hidden, attended)
-        # ``pack_tokens``: everything after the attention acts on each position alone, so it runs on
-        # the real tokens [T, D] only (Beauty: ~18% of a batch's positions); padded positions leave
-        # the block as zeros, which no real position reads (the parts declared it: trimming-exact).
-        flat = hidden.flatten(0, 1)
-        packed = self.token_wise(flat.index_select(0, index), attended.flatten(0, 1).index_select(0, index))
-        return flat.new_zeros(flat.shape, dtype=packed.dtype).index_copy(0, index, packed).view(hidden.shape)
+        # ``pack_tokens``: everything but the mixing of positions acts on each position alone, so it
+        # runs on the real tokens [T, D] only (Beauty: ~18% of a batch's positions); padded positions
+        # leave the block as zeros, which no real position reads (the parts declared it:
+        # trimming-exact). Parts with Q/K/V projections pack those too and return [T, D]
+        # (``QKVAttention``); a part's full [B, L, D] output is gathered here.
+        if attended.dim() == hidden.dim():
+            attended = gather_tokens(attended, index)
+        return scatter_tokens(self.token_wise(gather_tokens(hidden, index), attended), index, hidden.shape[:2])
 
     def token_wise(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """The block after its attention, position by position: residual, norm, feed-forward."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 from recbole.data import create_dataset, data_preparation
 from recbole.utils import init_seed
@@ -25,15 +26,17 @@ def load(name: str):
 train_step = load("train_step")
 
 
-def test_analytic_step_flops_equal_counted_gemm_flops(in_tmp):
+@pytest.mark.parametrize("pack_tokens", [False, True])
+def test_analytic_step_flops_equal_counted_gemm_flops(in_tmp, pack_tokens):
     # 4 heads of 4: the attention GEMMs summed over heads have width D whatever the head count.
-    config = tiny_recbole_config(hidden_size=16, n_layers=2, n_heads=4, inner_size=48)
+    config = tiny_recbole_config(hidden_size=16, n_layers=2, n_heads=4, inner_size=48, pack_tokens=pack_tokens)
     train_data, _, _ = data_preparation(config, create_dataset(config))
     init_seed(config["seed"], config["reproducibility"])
     from recbole_ext.models import SeqTransformer
 
     model = SeqTransformer(config, train_data._dataset).train()
     batch = next(iter(train_data))
+    assert model.packs_tokens == pack_tokens and bool((batch[model.ITEM_SEQ] == 0).any())  # rows to pack
     with FlopCounterMode(display=False) as counter:
         model.calculate_loss(batch).backward()
     # At the length the model ran the batch (trailing padding trimmed when the model trims).
@@ -58,3 +61,5 @@ def test_variant_names():
     assert train_step.eager_counterpart("ours-compile+trand", ran) == "ours-fp32+trand"
     assert train_step.eager_counterpart("ours-bf16-compile", ran) == "ours-bf16"
     assert train_step.eager_counterpart("ours-fp32", ran) is None
+    assert train_step.eager_counterpart("ours-bf16-pack", ran) == "ours-bf16"
+    assert train_step.is_bf16("ours-bf16-pack") and not train_step.is_bf16("ours-fp32-pack")
