@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from recbole_ext.compat import load_checkpoint, save_checkpoint
+from recbole_ext.config.schema import KEYS_ADDED_LATER, without_later_keys_at_former_values
 from recbole_ext.errors import CheckpointError, ConfigError
 
 RESUME_FILE = "resume.pth"
@@ -46,8 +47,10 @@ class ResumeError(ConfigError):
 
 
 def config_fingerprint(values: dict[str, Any]) -> str:
-    """The resolved config minus what may change on resume, as YAML (plain types only)."""
-    kept = {key: value for key, value in values.items() if key not in CHANGEABLE_ON_RESUME}
+    """The resolved config minus what may change on resume (and keys added later, at their former
+    values: ``KEYS_ADDED_LATER``), as YAML (plain types only)."""
+    kept = {key: value for key, value in without_later_keys_at_former_values(values).items()
+            if key not in CHANGEABLE_ON_RESUME}
     return yaml.safe_dump(kept, sort_keys=True)
 
 
@@ -120,11 +123,13 @@ def load_resume_state(run_dir: Path, fingerprint: str) -> dict[str, Any]:
     except CheckpointError as error:
         raise ResumeError(str(error)) from None
     saved, now = yaml.safe_load(state["config"]), yaml.safe_load(fingerprint)
-    for key in sorted(set(saved) | set(now)):
-        if saved.get(key, "<unset>") != now.get(key, "<unset>"):
+    # A key made changeable after the state was saved is still in the saved fingerprint: skip it.
+    for key in sorted((set(saved) | set(now)) - CHANGEABLE_ON_RESUME):
+        before, after = (values.get(key, KEYS_ADDED_LATER.get(key, "<unset>")) for values in (saved, now))
+        if before != after:
             raise ResumeError(
-                f"{path}: trained with {key}={saved.get(key, '<unset>')!r}, the config now says "
-                f"{now.get(key, '<unset>')!r}; only {', '.join(sorted(CHANGEABLE_ON_RESUME))} may change on resume")
+                f"{path}: trained with {key}={before!r}, the config now says {after!r}; only "
+                f"{', '.join(sorted(CHANGEABLE_ON_RESUME))} may change on resume")
     return state
 
 

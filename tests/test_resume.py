@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from recbole_ext.cli import main
 from recbole_ext.repro import execute
@@ -81,6 +82,31 @@ def test_resuming_under_another_config_names_the_key(in_tmp, capsys):
     assert "resume.pth: not a readable checkpoint" in capsys.readouterr().err
 
 
+def test_a_key_added_since_the_run_started_only_stops_a_resume_when_set_otherwise(in_tmp):
+    """``KEYS_ADDED_LATER``: a run saved before ``pack_tokens`` existed (its fingerprint lacks the
+    key) resumes under today's config, where the key holds its former value; set otherwise, the
+    resume is refused with the key and both values named."""
+    with pytest.raises(Killed):
+        run(TINY_CONFIG, ["epochs=2", "run_name=old"], epoch_callback=kill_after_epoch(0))
+    path = in_tmp / "runs" / "old" / RESUME_FILE
+    state = torch.load(path, weights_only=True)
+    assert "pack_tokens" not in yaml.safe_load(state["config"])  # at its former value: left out
+    with pytest.raises(ResumeError, match="trained with pack_tokens=False, the config now says True"):
+        resume_run(path.parent, ["pack_tokens=true"])
+    assert resume_run(path.parent).best_epoch is not None
+
+
+def test_a_key_made_changeable_after_the_save_does_not_stop_a_resume(in_tmp):
+    """States saved before ``eval_batch_size`` joined ``CHANGEABLE_ON_RESUME`` still hold it."""
+    with pytest.raises(Killed):
+        run(TINY_CONFIG, ["epochs=2", "run_name=old"], epoch_callback=kill_after_epoch(0))
+    path = in_tmp / "runs" / "old" / RESUME_FILE
+    state = torch.load(path, weights_only=True)
+    state["config"] = yaml.safe_dump({**yaml.safe_load(state["config"]), "eval_batch_size": 999})
+    torch.save(state, path)
+    assert resume_run(path.parent).best_epoch is not None
+
+
 @pytest.mark.parametrize("config_text, message", [(None, "config.yaml: cannot read the run's config (FileNotFoundError"),
                                                    ("- a list\n", "config.yaml: not a run directory's config")])
 def test_resuming_something_that_is_not_a_run_directory(in_tmp, capsys, config_text, message):
@@ -124,6 +150,21 @@ def test_a_reproduction_cell_continues_from_its_last_epoch(in_tmp):
     run_dir = execute.run_dir_of(spec)
     assert lines == [] and execute.is_finished(run_dir)
     assert [entry["from_epoch"] for entry in json.loads((run_dir / "metrics.json").read_text())["resumed"]] == [1]
+
+
+def test_a_cell_that_cannot_resume_is_set_aside_not_deleted(in_tmp):
+    """Same cache key, but the saved state disagrees (e.g. fingerprinting changed between
+    versions): the trained epochs are kept beside the cache, and the cell starts again."""
+    spec = RunSpec(key="cell", config_file=str(TINY_CONFIG), seed=2020,
+                   values={"output_dir": str(in_tmp / "cache"), "run_name": "cell", "epochs": 2})
+    with pytest.raises(Killed):
+        run(str(TINY_CONFIG), values={**spec.values, "hidden_size": 16}, epoch_callback=kill_after_epoch(0))
+    lines = []
+    execute.execute_run(spec, log=lines.append)
+    kept = [path for path in (in_tmp / "cache").iterdir() if path.name.startswith("cell.set-aside-")]
+    assert len(kept) == 1 and (kept[0] / RESUME_FILE).is_file()
+    assert len(lines) == 1 and f"the earlier attempt is kept in {kept[0]}" in lines[0] and "hidden_size" in lines[0]
+    assert execute.is_finished(execute.run_dir_of(spec))
 
 
 def test_an_interrupted_sweep_trial_replays_its_epochs_then_continues(in_tmp, monkeypatch):

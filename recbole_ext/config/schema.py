@@ -19,6 +19,18 @@ import yaml
 from recbole_ext.nn.registry import check_type
 
 
+# Keys added after runs had been saved (reproduction caches, resumable runs), each with the value
+# that does what runs made before it did. At that value a key is left out of cache keys and resume
+# fingerprints (:func:`without_later_keys_at_former_values`), so a new switch, off by default,
+# neither orphans finished cells nor stops half-trained ones from resuming.
+KEYS_ADDED_LATER: dict[str, Any] = {"pack_tokens": False}
+
+
+def without_later_keys_at_former_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in values.items()
+            if not (key in KEYS_ADDED_LATER and value == KEYS_ADDED_LATER[key])}
+
+
 @dataclass(frozen=True)
 class Key:
     """A typed config key. ``check`` returns a problem description or None; ``parse`` may

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -40,7 +41,7 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
 
     from recbole_ext.compat import atomic_write_bytes
     from recbole_ext.config import resolve
-    from recbole_ext.resume import ResumeError
+    from recbole_ext.resume import RESUME_FILE, ResumeError
     from recbole_ext.runner import run
 
     run_dir = run_dir_of(spec)
@@ -53,8 +54,13 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
         try:
             result = run(resolved=resolved, resume_dir=run_dir)
         except ResumeError as error:
-            log(f"starting {spec.key} again: {error}")
-            shutil.rmtree(run_dir)
+            if (run_dir / RESUME_FILE).is_file():  # trained epochs: set aside, never deleted
+                kept = run_dir.with_name(f"{run_dir.name}.set-aside-{time.strftime('%Y%m%d-%H%M%S')}")
+                run_dir.rename(kept)
+                log(f"starting {spec.key} again (the earlier attempt is kept in {kept}): {error}")
+            else:
+                log(f"starting {spec.key} again: {error}")
+                shutil.rmtree(run_dir)
     if result is None:
         result = run(resolved=resolved)
     measure = {"device": torch.cuda.get_device_name(0) if cuda else "cpu",

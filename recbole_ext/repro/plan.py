@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recbole_ext.config.schema import without_later_keys_at_former_values
 from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError
 from recbole_ext.repro.tables import Column, Row, Table
 
@@ -109,7 +110,7 @@ def data_fingerprint(data_path: str, dataset: str) -> list:
 
 
 def cache_key(resolved, device: str, memo: dict | None = None) -> str:
-    config = {k: v for k, v in resolved.as_dict().items() if k not in NOT_HASHED}
+    config = {k: v for k, v in without_later_keys_at_former_values(resolved.as_dict()).items() if k not in NOT_HASHED}
     data = (resolved.values.get("data_path"), resolved.dataset)
     memo = {} if memo is None else memo
     if data not in memo:

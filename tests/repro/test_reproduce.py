@@ -143,3 +143,23 @@ def test_parallel_without_ray_is_one_clear_error(monkeypatch, capsys, tmp_path):
     cell = Cell(row=None, column=None, state="runnable", runs=[spec])  # one unfinished run reaches Ray
     with pytest.raises(RecboleExtError, match=r"pip install 'recbole-ext\[tune\]'"):
         execute.execute_cells([cell], parallel=2, log=lambda _: None)
+
+
+def test_a_key_added_later_keeps_cached_cells_at_its_former_value():
+    """Cells cached before ``pack_tokens`` existed keep their key; setting the key anew changes it."""
+    from recbole_ext.repro.plan import cache_key
+
+    class Resolved:
+        dataset = "tiny"
+
+        def __init__(self, **values):
+            self.values = {"model": "SeqTransformer", "seed": 2020, **values}
+
+        def as_dict(self):
+            return dict(self.values)
+
+    memo = {(None, "tiny"): []}
+    before = cache_key(Resolved(), "cpu", memo)
+    assert cache_key(Resolved(pack_tokens=False), "cpu", memo) == before
+    assert cache_key(Resolved(pack_tokens=True), "cpu", memo) != before
+    assert cache_key(Resolved(seed=2021), "cpu", memo) != before
