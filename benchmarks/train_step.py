@@ -180,9 +180,9 @@ def step_flops(config, model, interaction) -> int:
         length = min(width, int(interaction[model.ITEM_SEQ_LEN].max()) + getattr(model.backbone, "trailing_slots", 0))
     rows = None
     if getattr(model, "packs_tokens", False):  # the rows it packs: the real ones, rounded up
-        from recbole_ext.nn.context import real_token_index
+        from recbole_ext.nn.context import packed_row_index
 
-        index = real_token_index(interaction[model.ITEM_SEQ][:, :length])
+        index = packed_row_index(interaction[model.ITEM_SEQ][:, :length])
         rows = None if index is None else index.numel()
     return sasrec_step_flops(interaction[model.ITEM_SEQ].size(0), length, config["hidden_size"],
                              config["inner_size"], config["n_layers"], model.item_embedding.weight.size(0),

@@ -28,7 +28,7 @@ from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
 from recbole_ext.models.trimming import declared_exact, trim_batch
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
-from recbole_ext.nn.context import MainPassReplay, on_real_tokens, real_token_index
+from recbole_ext.nn.context import MainPassReplay, on_packed_rows, packed_row_index
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.transformer import ACTIVATIONS
@@ -141,7 +141,7 @@ class SeqTransformer(SequentialRecommender):
 
     def attention_context(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> AttentionContext:
         return AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
-                                inputs=inputs, real_tokens=real_token_index(item_seq) if self.packs_tokens else None)
+                                inputs=inputs, packed_rows=packed_row_index(item_seq) if self.packs_tokens else None)
 
     def encode_embedded(self, embedded: torch.Tensor, context: AttentionContext,
                         encoder: nn.Module | None = None) -> EncoderOutput:
@@ -149,7 +149,7 @@ class SeqTransformer(SequentialRecommender):
         (default: the model's). For backbones that reuse their input vectors (CORE pools them) or
         run a second stream through the same context (FDSA's feature stream)."""
         hidden = self.position.embed_input(embedded, context)
-        hidden = on_real_tokens(lambda rows: self.input_dropout(self.input_norm(rows)), hidden, context.real_tokens)
+        hidden = on_packed_rows(lambda rows: self.input_dropout(self.input_norm(rows)), hidden, context.packed_rows)
         hidden = (encoder or self.encoder)(hidden, context)
         return EncoderOutput(hidden, context)
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recbole_ext.nn.context import AttentionContext, TransformerDims, gather_tokens, on_real_tokens
+from recbole_ext.nn.context import AttentionContext, TransformerDims, gather_tokens, on_packed_rows
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.slots import ATTENTION, AttentionPart
 
@@ -47,18 +47,18 @@ class QKVAttention(AttentionPart):
         One GEMM against the three weights stacked (the layers stay separate, under RecBole's
         names): on CPU a [B·L, D]×[D, 3D] product, forward and backward, is ~25% cheaper than
         three [B·L, D]×[D, D] ones (``benchmarks/train_step.py``)."""
-        query, key, value = self.unstack_heads(self.project_stacked(hidden, context.real_tokens))
+        query, key, value = self.unstack_heads(self.project_stacked(hidden, context.packed_rows))
         query, key = context.position.rotate_query_key(query, key, context)
         return query, key, value
 
-    def project_stacked(self, hidden: torch.Tensor, real_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    def project_stacked(self, hidden: torch.Tensor, packed_rows: torch.Tensor | None = None) -> torch.Tensor:
         """[B, L, D] → [B, L, 3·D]: Q | K | V side by side, each with heads in order, not rotated.
 
-        With ``real_tokens`` (``pack_tokens``) only those rows are projected and the padded ones are
+        With ``packed_rows`` (``pack_tokens``) only those rows are projected and the padded ones are
         zero: a trimming-exact part never reads them, and the GEMM shrinks to the real tokens."""
         weight = torch.cat((self.query.weight, self.key.weight, self.value.weight))
         bias = torch.cat((self.query.bias, self.key.bias, self.value.bias))
-        return on_real_tokens(lambda rows: F.linear(rows, weight, bias), hidden, real_tokens)
+        return on_packed_rows(lambda rows: F.linear(rows, weight, bias), hidden, packed_rows)
 
     def unstack_heads(self, stacked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[B, L, 3·D] → Q, K, V as [B, H, L, d] views (no copy)."""
@@ -69,10 +69,10 @@ class QKVAttention(AttentionPart):
         raise NotImplementedError
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
-        """[B, L, D] → [B, L, D], or [T, D] at ``context.real_tokens`` when set (``pack_tokens``:
+        """[B, L, D] → [B, L, D], or [T, D] at ``context.packed_rows`` when set (``pack_tokens``:
         the output projection then runs on the real tokens only)."""
         query, key, value = self.project(hidden, context)
-        return self.dense(gather_tokens(merge_heads(self.mix(query, key, value, context)), context.real_tokens))
+        return self.dense(gather_tokens(merge_heads(self.mix(query, key, value, context)), context.packed_rows))
 
 
 @ATTENTION.register("softmax")

@@ -78,10 +78,10 @@ class AttentionContext:
     # it (``SoftmaxAttention.probabilities``); set by a wrapping part for the duration of its inner call,
     # e.g. Rec-Denoiser's learned binary mask M = A ⊙ Z (``attention_masked.py``). None: unchanged.
     probability_gate: torch.Tensor | None = None
-    # Flat indices [T] of the positions of [B, L] token-wise layers run on (``pack_tokens``: the real
-    # ones and a few padded, :func:`real_token_index`; :class:`~recbole_ext.nn.transformer.TransformerBlock`);
+    # Flat indices [T] of the positions of [B, L] that token-wise layers run on (``pack_tokens``: every
+    # real one and a few padded, :func:`packed_row_index`; :class:`~recbole_ext.nn.transformer.TransformerBlock`);
     # None: every position.
-    real_tokens: torch.Tensor | None = None
+    packed_rows: torch.Tensor | None = None
     _additive_mask: torch.Tensor | None = None
     _cast_masks: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
 
@@ -118,14 +118,13 @@ class AttentionContext:
 
 
 # Packed row counts are rounded up to a multiple of this share of the batch's positions (B·L / 100).
-# Every packed buffer's size follows the batch's token count, so without rounding each step asks
-# glibc for slightly different sizes; the big fixed-size ones (the [B, n_items] logits) then no
-# longer fit the fragmented free space, the heap grows and its fresh pages fault (~24,000 faults
-# and ~95 MB more per Beauty step). Rounded, sizes repeat: Beauty epoch ~1.2x faster (4 rounds).
+# Every packed buffer's size follows the row count; if it changed every step, glibc would split the
+# free chunks that the big fixed-size buffers (the [B, n_items] logits) need, and the heap would
+# keep growing into fresh pages that fault. Rounded, the sizes repeat (docs/performance.md).
 PACKED_ROWS_PER_POSITIONS = 100
 
 
-def real_token_index(item_seq: torch.Tensor) -> torch.Tensor | None:
+def packed_row_index(item_seq: torch.Tensor) -> torch.Tensor | None:
     """Flat indices of the positions of ``item_seq`` [B, L] that packed layers run on: every real
     one, then padded ones up to a multiple of B·L / ``PACKED_ROWS_PER_POSITIONS`` rows (computed
     like real rows, never read by them). None when that is every position."""
@@ -152,9 +151,9 @@ def scatter_tokens(packed: torch.Tensor, index: torch.Tensor, batch_length: tupl
     return full.index_copy(0, index, packed).view(batch, length, *packed.shape[1:])
 
 
-def on_real_tokens(layer, x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-    """``layer`` (acting on each position alone) applied to the real tokens of x [B, L, D] only;
-    padded positions come out as zeros. Unpacked (``index`` None): ``layer(x)``."""
+def on_packed_rows(layer, x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    """``layer`` (acting on each position alone) applied to the rows of x [B, L, D] at ``index``
+    only; the other positions come out as zeros. Unpacked (``index`` None): ``layer(x)``."""
     if index is None:
         return layer(x)
     return scatter_tokens(layer(gather_tokens(x, index)), index, x.shape[:2])

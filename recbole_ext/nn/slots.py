@@ -15,7 +15,7 @@ class AttentionPart(nn.Module):
     """Mixes positions of one layer: [B, L, D] → [B, L, D], output projection included.
 
     The block around it adds dropout, the residual and layer norm (RecBole's post-LN layout).
-    Constructed as ``Part(options, dims, layer_index)``. When ``context.real_tokens`` is set
+    Constructed as ``Part(options, dims, layer_index)``. When ``context.packed_rows`` is set
     (``pack_tokens``), a part may return its output at those tokens only, [T, D]; the block
     gathers a full [B, L, D] output itself.
     """

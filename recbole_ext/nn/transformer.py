@@ -49,7 +49,7 @@ class TransformerBlock(nn.Module):
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         attended = self.attention(hidden, context)
-        index = context.real_tokens
+        index = context.packed_rows
         if index is None:
             return self.token_wise(hidden, attended)
         # ``pack_tokens``: everything but the mixing of positions acts on each position alone, so it
