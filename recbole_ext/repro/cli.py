@@ -33,6 +33,9 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"where <table>.md/.csv/.png go (default: {DEFAULT_OUT})")
     parser.add_argument("--cache", help="run cache: one run directory per config hash (default: OUT/runs)")
     parser.add_argument("--dry-run", action="store_true", help="plan and print, train nothing")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the outputs from the runs already finished in the cache, train nothing "
+                             "(the other cells say 'not run')")
     parser.set_defaults(handler=command_reproduce)
 
 
@@ -110,7 +113,7 @@ def command_list(args) -> int:
 
 
 def command_reproduce(args) -> int:
-    from recbole_ext.repro.execute import execute_cells
+    from recbole_ext.repro.execute import Progress, execute_cells, pending_runs
     from recbole_ext.repro.plan import QUICK_LABEL, device_label, hardware_label, plan_table
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect
@@ -134,7 +137,12 @@ def command_reproduce(args) -> int:
     print_skips(cells)
     if args.dry_run:
         return 0
-    progress = execute_cells(cells, args.parallel, args.address)
+    if args.report_only:
+        todo, cached = pending_runs(cells)
+        progress = Progress(total=len(todo) + cached, cached=cached)
+        print(f"{cached} run(s) cached; {len(todo)} not run (--report-only)")
+    else:
+        progress = execute_cells(cells, args.parallel, args.address)
     lines = collect(table, cells)
     info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),

@@ -53,6 +53,16 @@ def reproduction(tmp_path_factory):
         results["after_kill"] = sorted(p.name for p in (out / "runs").iterdir())
         results["finished_after_kill"] = sorted(p.name for p in (out / "runs").iterdir() if execute.is_finished(p))
 
+    def must_not_run(spec):
+        raise AssertionError(f"cached run {spec.key} was trained again")
+
+    with pytest.MonkeyPatch.context() as patch:  # between kill and resume: the finished run alone
+        patch.setattr(execute, "execute_run", must_not_run)
+        results["report_only_rc"] = main(argv + ["--report-only"])
+        with open(out / "tiny_table.quick.csv") as handle:
+            results["report_only"] = {(line["row"], line["metric"]): line for line in csv.DictReader(handle)
+                                      if line["dataset"] == "Tiny"}
+
     resumed = []
 
     def counting(spec):
@@ -63,9 +73,6 @@ def reproduction(tmp_path_factory):
         patch.setattr(execute, "execute_run", counting)
         results["resume_rc"] = main(argv)
     results["resumed"] = resumed
-
-    def must_not_run(spec):
-        raise AssertionError(f"cached run {spec.key} was trained again")
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(execute, "execute_run", must_not_run)
@@ -84,6 +91,14 @@ def test_resumed_reproduction_trains_only_the_missing_run(reproduction):
     assert reproduction["resume_rc"] == 0
     assert reproduction["resumed"] == [reproduction["calls"][1]]  # the killed one, restarted from scratch
     assert all(execute.is_finished(p) for p in (reproduction["out"] / "runs").iterdir())
+
+
+def test_report_only_writes_the_finished_runs_and_trains_nothing(reproduction):
+    assert reproduction["report_only_rc"] == 0  # execute_run raised if anything was trained
+    statuses = {row: line["status"] for (row, metric), line in reproduction["report_only"].items() if metric == "NDCG@10"}
+    assert sorted(statuses.values()) == ["done", "not run", "pending"]
+    done = next(line for line in reproduction["report_only"].values() if line["status"] == "done")
+    assert done["ours_mean"] != ""
 
 
 def test_rerun_trains_nothing(reproduction):
