@@ -73,7 +73,7 @@ def cache_dir(args) -> Path:
 
 
 def command_text(args) -> str:
-    """The command line that reproduces this run (for the report header)."""
+    """The command line that wrote this report (for its header)."""
     parts = ["recbole-ext", "reproduce", args.table]
     for option in ("datasets", "models"):
         if getattr(args, option):
@@ -89,6 +89,8 @@ def command_text(args) -> str:
         parts += ["--out", args.out]
     if args.cache:
         parts += ["--cache", args.cache]
+    if getattr(args, "report_only", False):
+        parts += ["--report-only"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
