@@ -29,6 +29,7 @@ import yaml
 
 from recbole_ext.compat import SafeConfig, atomic_write_bytes, config_from_checkpoint, load_checkpoint, versions
 from recbole_ext.config import ResolvedConfig, resolve
+from recbole_ext.config.schema import KEYS_ADDED_LATER
 from recbole_ext.data import require_atomic_files
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.trimming import sort_evaluation_by_length
@@ -170,7 +171,15 @@ def resume_run(run_dir: str | os.PathLike, overrides: list[str] = ()) -> RunResu
     if not isinstance(values, dict):
         raise ResumeError(f"{config_file}: not a run directory's config")
     values.pop("_sources", None)
-    return run(values=values, overrides=overrides, resume_dir=run_dir)
+    return run(values=with_later_keys_at_former_values(values), overrides=overrides, resume_dir=run_dir)
+
+
+def with_later_keys_at_former_values(stored: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's config (every key, defaults included) plus the keys of ``KEYS_ADDED_LATER``
+    that its model knows and it lacks, at their former values: the run predates them, so it ran
+    without them, whatever today's defaults say (``pack_tokens`` became true by default)."""
+    known = resolve(values=stored).values
+    return {**{key: former for key, former in KEYS_ADDED_LATER.items() if key in known and key not in stored}, **stored}
 
 
 def _resumed_metrics(run_dir: Path, state: dict, config, fresh: dict) -> dict:

@@ -83,17 +83,21 @@ def test_resuming_under_another_config_names_the_key(in_tmp, capsys):
 
 
 def test_a_key_added_since_the_run_started_only_stops_a_resume_when_set_otherwise(in_tmp):
-    """``KEYS_ADDED_LATER``: a run saved before ``pack_tokens`` existed (its fingerprint lacks the
-    key) resumes under today's config, where the key holds its former value; set otherwise, the
-    resume is refused with the key and both values named."""
+    """``KEYS_ADDED_LATER``: a run saved before ``pack_tokens`` existed (its fingerprint and its
+    config.yaml lack the key) resumes at the key's former value, not today's default (true); set
+    otherwise, the resume is refused with the key and both values named."""
     with pytest.raises(Killed):
-        run(TINY_CONFIG, ["epochs=2", "run_name=old"], epoch_callback=kill_after_epoch(0))
-    path = in_tmp / "runs" / "old" / RESUME_FILE
-    state = torch.load(path, weights_only=True)
+        run(TINY_CONFIG, ["epochs=2", "run_name=old", "pack_tokens=false"], epoch_callback=kill_after_epoch(0))
+    run_dir = in_tmp / "runs" / "old"
+    state = torch.load(run_dir / RESUME_FILE, weights_only=True)
     assert "pack_tokens" not in yaml.safe_load(state["config"])  # at its former value: left out
+    stored = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del stored["pack_tokens"]  # as a run directory written before the key existed
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(stored))
     with pytest.raises(ResumeError, match="trained with pack_tokens=False, the config now says True"):
-        resume_run(path.parent, ["pack_tokens=true"])
-    assert resume_run(path.parent).best_epoch is not None
+        resume_run(run_dir, ["pack_tokens=true"])
+    assert resume_run(run_dir).best_epoch is not None
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["pack_tokens"] is False
 
 
 def test_a_key_made_changeable_after_the_save_does_not_stop_a_resume(in_tmp):

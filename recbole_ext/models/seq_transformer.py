@@ -59,7 +59,8 @@ class SeqTransformer(SequentialRecommender):
         "layer_norm_eps": Key(float, "layer norm epsilon", in_range(0.0, low_open=True)),
         "initializer_range": Key(float, "std of the normal weight init", in_range(0.0, low_open=True)),
         "loss_type": Key(Literal["CE", "BPR", "BCE"], "main loss (BCE: one sampled negative, as SASRec's paper)"),
-        "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py)"),
+        "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py); torch: RecBole's, "
+                                                       "so training batches are neither trimmed nor packed"),
         "trim_padding": Key(bool, "cut each batch's trailing padding where every part declares it exact "
                                   "(models/trimming.py)"),
         "pack_tokens": Key(bool, "run the token-wise layers (Q/K/V and output projections, residuals, norms, "
@@ -119,6 +120,10 @@ class SeqTransformer(SequentialRecommender):
         self.trims_padding = bool(config["trim_padding"]) and exact
         # The same declaration covers packing: outputs at real positions never read padded ones.
         self.packs_tokens = bool(config["pack_tokens"]) and exact
+        # ``dropout_impl: torch`` promises RecBole's random stream, which draws every training mask at
+        # the batch's full [B, L] shape: trimmed or packed training batches would draw other masks.
+        # Evaluation has no dropout, so it still trims and packs.
+        self.reshapes_training_batches = self.dims.dropout_impl != "torch"
         self.list_suffix = config["LIST_SUFFIX"]
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -140,8 +145,9 @@ class SeqTransformer(SequentialRecommender):
         return self.encode_embedded(self.backbone.embed_items(self, item_seq, context), context)
 
     def attention_context(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> AttentionContext:
+        packs = self.packs_tokens and (self.reshapes_training_batches or not self.training)
         return AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
-                                inputs=inputs, packed_rows=packed_row_index(item_seq) if self.packs_tokens else None)
+                                inputs=inputs, packed_rows=packed_row_index(item_seq) if packs else None)
 
     def encode_embedded(self, embedded: torch.Tensor, context: AttentionContext,
                         encoder: nn.Module | None = None) -> EncoderOutput:
@@ -156,7 +162,7 @@ class SeqTransformer(SequentialRecommender):
     def trimmed(self, interaction):
         """The batch cut to the columns its longest sequence needs, when that is exact for this
         model's parts (``trim_padding``; see ``models/trimming.py``), else unchanged."""
-        if not self.trims_padding:
+        if not self.trims_padding or (self.training and not self.reshapes_training_batches):
             return interaction
         return trim_batch(interaction, self.ITEM_SEQ_LEN, self.ITEM_SEQ, self.list_suffix, self.backbone.trailing_slots)
 

@@ -14,9 +14,9 @@ from ..conftest import tiny_recbole_config
 SIZES = {"hidden_size": 32, "inner_size": 64, "n_layers": 2, "n_heads": 2}
 
 
-def build_pair(recbole_name, ours_overrides, in_tmp):
-    stock_config = tiny_recbole_config(recbole_name, **SIZES)
-    ours_config = tiny_recbole_config("SeqTransformer", **SIZES, **ours_overrides)
+def build_pair(recbole_name, ours_overrides, in_tmp, **shared):
+    stock_config = tiny_recbole_config(recbole_name, **SIZES, **shared)
+    ours_config = tiny_recbole_config("SeqTransformer", **SIZES, **shared, **ours_overrides)
     train_data, valid_data, test_data = data_preparation(ours_config, create_dataset(ours_config))
     construct_transform(stock_config)  # sets the mask field names on the config, as the loaders did on ours
     init_seed(0, True)
@@ -43,9 +43,18 @@ def test_sasrec_logits_match_after_copying_weights(in_tmp, dropout_impl):
         assert torch.allclose(stock.predict(interaction), ours.predict(interaction), atol=1e-5)
 
 
-def test_sasrec_training_steps_match_with_torch_dropout(in_tmp):
-    stock, ours, train_data, _ = build_pair("SASRec", {"dropout_impl": "torch"}, in_tmp)
+@pytest.mark.parametrize("max_length", [20, 50])
+def test_sasrec_training_steps_match_with_torch_dropout(in_tmp, max_length):
+    """RecBole's dropout stream draws masks at the full [B, L]: with ``dropout_impl: torch`` training
+    batches are neither packed (length 20: rows shorter than L in every batch) nor trimmed (length 50:
+    every row is shorter than L), which trimming and packing, on by default, would otherwise do."""
+    stock, ours, train_data, _ = build_pair("SASRec", {"dropout_impl": "torch"}, in_tmp, MAX_ITEM_LIST_LENGTH=max_length)
     batches = [b for _, b in zip(range(3), train_data)]
+    lengths = torch.cat([batch[ours.ITEM_SEQ_LEN] for batch in batches])
+    assert ours.packs_tokens and ours.trims_padding and bool((lengths < max_length).any())
+    assert max_length == 20 or int(lengths.max()) < max_length
+    ours.eval()
+    assert ours.attention_context(batches[0][ours.ITEM_SEQ], causal=True).packed_rows is not None  # no dropout
     losses = {}
     for name, model in (("stock", stock), ("ours", ours)):
         model.train()
