@@ -14,27 +14,26 @@ other, so process-wide settings (allocator, anomaly mode) cannot leak between th
   start on this stack.
 - ``ours-exact``: ``import recbole_ext`` (anomaly off, allocator tuned) and SeqTransformer with
   ``dropout_impl: torch`` (RecBole's dropout random stream): its losses must equal stock's.
-- ``ours-fp32``: SeqTransformer with its defaults (fast dropout: same distribution, other stream).
+- ``ours-fp32``: SeqTransformer (fast dropout: same distribution, other stream), unpacked whatever
+  ``pack_tokens``'s default: each variant names the switches it runs with.
 - ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``).
-- ``ours-fp32-pack`` / ``ours-bf16-pack`` (not run by default): with ``pack_tokens: true`` (projections
-  and the token-wise layers on real tokens only; ml-100k's batches are ~78% real tokens). Its
-  "vs eager" column compares it with the same variant unpacked, when that ran.
+- ``-pack`` after a variant (``ours-fp32-pack``): with ``pack_tokens: true`` (projections and the
+  token-wise layers on real tokens only; ml-100k's batches are ~78% real tokens).
+  Its "vs base" column compares it with the variant without ``-pack``, when that ran.
 - ``ours-compile`` / ``ours-bf16-compile`` (not run by default): ``ours-fp32`` / ``ours-bf16`` with
   ``model.calculate_loss`` under ``torch.compile`` (``--compile-mode``, ``--compile-dynamic``);
   backward goes through AOTAutograd, Adam stays eager. ``--compile-fallback-random`` makes inductor
   draw random numbers as eager does, so a compiled variant's losses can be compared with its eager
   one's (otherwise they differ by their dropout draws). Each worker compiles with an empty inductor
   cache (a first run's compile time) unless ``--warm-compile-cache``.
-- ``<variant>+trand`` (experiment, patched in that worker only): fast dropout with ``torch.rand``
-  in place of numpy's generator, which torch.compile cannot trace (one graph break per dropout).
 
 Printed: median seconds per step (forward + backward + Adam) over the timed steps, the ratio to
-stock and to the eager counterpart (compiled / ``+trand`` variants), the first step's time (with
+stock and to its base (the eager variant for a compiled one; see ``-pack``), the first step's time (with
 compilation), achieved GFLOP/s (:func:`sasrec_step_flops`, the analytic GEMM FLOPs of the step, over
 the median time; the trimmed length when the model trims) and its fraction of this machine's GEMM peak of the same dtype
 (``benchmarks/matmul_peak.py``'s results, run it first), minor page faults per step, the largest gap
 between a variant's per-step losses and stock's (``ours-exact`` must be ~1e-6: same model, same
-numbers; the others differ by their dropout draws) and its eager counterpart's, and dynamo's graph
+numbers; the others differ by their dropout draws) and its base's, and dynamo's graph
 and graph-break counts. ``--probe-lengths 50,37,21,8,3,1,44`` then runs steps at those
 sequence lengths (the shapes trailing-padding trimming produces) and prints the first step at each
 new length (recompilation included) and the second. Run it with nothing else busy on the machine.
@@ -117,31 +116,15 @@ def share_initial_weights(variant: str, model, scratch: str) -> None:
         model.load_state_dict(state_dict_from_recbole(torch.load(reference, weights_only=True), "SASRec"))
 
 
-def parse_variant(variant: str) -> tuple[str, bool, bool]:
-    """``name[-compile][+trand]`` → (setup variant, compiled, torch.rand dropout). ``ours-compile`` is
-    ``ours-fp32`` compiled; ``+trand`` is the dropout experiment of :func:`use_torch_rand_dropout`."""
-    trand = variant.endswith("+trand")
-    name = variant.removesuffix("+trand")
-    compiled = name.endswith("-compile")
-    name = name.removesuffix("-compile")
-    return ("ours-fp32" if name == "ours" else name), compiled, trand
+def parse_variant(variant: str) -> tuple[str, bool]:
+    """``name[-compile]`` → (setup variant, compiled). ``ours-compile`` is ``ours-fp32`` compiled."""
+    compiled = variant.endswith("-compile")
+    name = variant.removesuffix("-compile")
+    return ("ours-fp32" if name == "ours" else name), compiled
 
 
 def is_bf16(setup_variant: str) -> bool:
     return "bf16" in setup_variant.split("-")
-
-
-def use_torch_rand_dropout() -> None:
-    """EXPERIMENT, this worker process only (``+trand`` variants): fast dropout draws its uniforms
-    with ``torch.rand`` instead of numpy's SFC64 (``recbole_ext.nn.dropout.uniform``). numpy and
-    the seed's ``.item()`` cannot be traced, so under torch.compile every dropout splits the graph;
-    ``torch.rand`` stays inside it (inductor then generates and fuses its own random numbers)."""
-    import importlib
-
-    import torch
-
-    dropout = importlib.import_module("recbole_ext.nn.dropout")
-    dropout.uniform = lambda shape, device: torch.rand(shape, device=device)
 
 
 def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers: int, n_item_rows: int,
@@ -226,9 +209,7 @@ def worker(variant: str, args) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    setup_variant, compiled, trand = parse_variant(variant)
-    if trand:
-        use_torch_rand_dropout()
+    setup_variant, compiled = parse_variant(variant)
     config, train_data, model = recbole_setup(setup_variant, args)
     share_initial_weights(setup_variant, model, args.scratch)
     batches = []
@@ -342,14 +323,13 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after the timed steps, steps at these lengths (e.g. 50,37,21,8,3,1,44): recompiles, s/step")
 
 
-def eager_counterpart(variant: str, variants: list[str]) -> str | None:
-    """The eager variant a compiled or ``+trand`` variant is compared with (a ``-pack`` one: the
-    same unpacked), when it ran."""
-    setup_variant, compiled, trand = parse_variant(variant)
-    if setup_variant.endswith("-pack") and not compiled and not trand:
-        setup_variant = setup_variant.removesuffix("-pack")
-    candidates = ([setup_variant + "+trand"] if trand and compiled else []) + [setup_variant]
-    return next((c for c in candidates if c in variants and c != variant), None)
+def base_variant(variant: str, variants: list[str]) -> str | None:
+    """The variant ``variant`` is compared with, when it ran: a compiled one's eager variant; a
+    ``-pack`` one's unpacked variant."""
+    setup_variant, compiled = parse_variant(variant)
+    if not compiled:
+        setup_variant = setup_variant.removesuffix("-pack") if setup_variant.endswith("-pack") else None
+    return setup_variant if setup_variant in variants and setup_variant != variant else None
 
 
 def load_peaks(path: str) -> dict:
@@ -365,8 +345,8 @@ def main() -> None:
     add_step_arguments(parser)
     add_compile_arguments(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"any of {', '.join(VARIANTS + COMPILE_VARIANTS)}; '+trand' after an ours-* "
-                             "variant: torch.rand dropout (experiment)")
+                        help=f"any of {', '.join(VARIANTS + COMPILE_VARIANTS)}, and ours-* variants with "
+                             "-pack (see the module docs)")
     parser.add_argument("--peak", default=str(Path(__file__).parent / "results" / "matmul_peak.json"),
                         help="matmul_peak.py's results, for the fraction of peak")
     parser.add_argument("--json", help="also write the results here")
@@ -389,8 +369,8 @@ def main() -> None:
           f"{args.steps} timed steps after {args.warmup} warm-up; medians over rounds, ratio range in brackets")
     print(f"compile: mode {args.compile_mode}, dynamic {args.compile_dynamic}, warm cache {args.warm_compile_cache}, fallback_random "
           f"{args.compile_fallback_random}; peak GFLOP/s from {args.peak}: {peaks or 'not measured'}")
-    print(f"{'variant':<24} {'s/step':>8} {'vs stock':>18} {'vs eager':>18} {'1st step s':>10} {'GFLOP/s':>8} "
-          f"{'of peak':>7} {'faults/step':>11}  anomaly  {'|Δloss| stock':>13} {'|Δloss| eager':>13}  dynamo")
+    print(f"{'variant':<24} {'s/step':>8} {'vs stock':>18} {'vs base':>18} {'1st step s':>10} {'GFLOP/s':>8} "
+          f"{'of peak':>7} {'faults/step':>11}  anomaly  {'|Δloss| stock':>13} {'|Δloss| base':>13}  dynamo")
 
     def ratio(base: str, variant: str) -> str:
         ratios = [r[base]["median_s_per_step"] / r[variant]["median_s_per_step"] for r in rounds]
@@ -402,7 +382,7 @@ def main() -> None:
     for variant in variants:
         per_round = [r[variant] for r in rounds]
         seconds = statistics.median(r["median_s_per_step"] for r in per_round)
-        eager = eager_counterpart(variant, variants)
+        base = base_variant(variant, variants)
         first = statistics.median(r["first_step_s"] for r in per_round)
         flops = per_round[0]["flops_per_step"]
         gflops = flops / seconds / 1e9
@@ -410,10 +390,10 @@ def main() -> None:
         faults = statistics.median(r["minor_faults_per_step"] for r in per_round)
         dynamo = per_round[0].get("dynamo", "")
         print(f"{variant:<24} {seconds:>8.3f} {ratio('stock', variant) if 'stock' in variants else '-':>18} "
-              f"{ratio(eager, variant) if eager else '-':>18} {first:>10.2f} {gflops:>8.1f} "
+              f"{ratio(base, variant) if base else '-':>18} {first:>10.2f} {gflops:>8.1f} "
               f"{f'{gflops / peak:.1%}' if peak else '-':>7} {faults:>11.0f}  {str(per_round[0]['anomaly_mode']):<7}  "
               f"{loss_gap('stock', variant) if 'stock' in variants else float('nan'):>13.2e} "
-              f"{loss_gap(eager, variant) if eager else float('nan'):>13.2e}  {dynamo}")
+              f"{loss_gap(base, variant) if base else float('nan'):>13.2e}  {dynamo}")
     print(f"GFLOP/s: analytic GEMM FLOPs of the step (sasrec_step_flops: {rounds[0][variants[0]]['flops_per_step'] / 1e9:.1f} "
           f"GFLOP for {variants[0]}; packed variants count their packed rows) / median s/step; of peak: against "
           "matmul_peak.py's best GEMM of the same dtype")

@@ -22,7 +22,9 @@ from recbole_ext.nn.registry import check_type
 # Keys added after runs had been saved (reproduction caches, resumable runs), each with the value
 # that does what runs made before it did. At that value a key is left out of cache keys and resume
 # fingerprints (:func:`without_later_keys_at_former_values`), so a new switch, off by default,
-# neither orphans finished cells nor stops half-trained ones from resuming.
+# neither orphans finished cells nor stops half-trained ones from resuming. A switch on by default
+# (``pack_tokens``, since 2026-11-23) gives new cells new keys, as it should (they train differently);
+# a run directory that predates it resumes at its former value (``runner.with_later_keys_at_former_values``).
 KEYS_ADDED_LATER: dict[str, Any] = {"pack_tokens": False}
 
 
