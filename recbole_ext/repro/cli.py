@@ -30,7 +30,8 @@ def add_reproduce_command(commands) -> None:
                              "labelled as substituted data in every output")
     parser.add_argument("--parallel", type=int, default=0, metavar="N", help="run N cells at once through local Ray")
     parser.add_argument("--address", help="run cells on this Ray cluster (ray://host:port or auto)")
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"where <table>.md/.csv/.png go (default: {DEFAULT_OUT})")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"where <table>.md/.csv/.png and records/ (one small "
+                                                           f"file per finished run) go (default: {DEFAULT_OUT})")
     parser.add_argument("--cache", help="run cache: one run directory per config hash (default: OUT/runs)")
     parser.add_argument("--dry-run", action="store_true", help="plan and print, train nothing")
     parser.add_argument("--report-only", action="store_true",
@@ -115,8 +116,9 @@ def command_list(args) -> int:
 
 
 def command_reproduce(args) -> int:
-    from recbole_ext.repro.execute import Progress, execute_cells, pending_runs
+    from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
     from recbole_ext.repro.plan import QUICK_LABEL, device_label, hardware_label, plan_table
+    from recbole_ext.repro.records import records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect
     from recbole_ext.repro.tables import load_table
@@ -139,13 +141,15 @@ def command_reproduce(args) -> int:
     print_skips(cells)
     if args.dry_run:
         return 0
+    records = records_dir(out)
     if args.report_only:
-        todo, cached = pending_runs(cells)
+        todo, cached = pending_runs(cells, records)
         progress = Progress(total=len(todo) + cached, cached=cached)
         print(f"{cached} run(s) cached; {len(todo)} not run (--report-only)")
     else:
-        progress = execute_cells(cells, args.parallel, args.address)
-    lines = collect(table, cells)
+        progress = execute_cells(cells, records, args.parallel, args.address)
+    record_finished_runs(cells, records)
+    lines = collect(table, cells, records)
     info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)

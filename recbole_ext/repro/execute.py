@@ -6,7 +6,8 @@ The cache is the run directories themselves: ``<out>/runs/<key>/`` with ``key`` 
 a killed or failed run: it continues from its last finished epoch (``resume.pth``,
 :mod:`recbole_ext.resume`), or starts again when it has none (killed in its first epoch) or
 trained under another config. So rerunning a table runs only missing cells, and a killed
-reproduction resumes where it stopped, within the epoch.
+reproduction resumes where it stopped, within the epoch. A run with a record
+(:mod:`recbole_ext.repro.records`) counts as finished too, its run directory gone or not.
 """
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ from typing import Callable
 
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import Cell, RunSpec
-
-MEASURE_FILE = "measure.json"
+from recbole_ext.repro.records import MEASURE_FILE, read_record, record_of_run, write_record
 
 
 def run_dir_of(spec: RunSpec) -> Path:
@@ -79,23 +79,33 @@ class Progress:
     failed: int = 0
 
 
-def pending_runs(cells: list[Cell]) -> tuple[list[RunSpec], int]:
-    """Runs of runnable cells that are not finished yet (deduplicated), and how many are cached."""
+def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
+    """Runs of runnable cells that are not finished yet (deduplicated), and how many are cached
+    (a finished run directory or a record in ``records``)."""
     todo: dict[str, RunSpec] = {}
     cached = set()
     for cell in cells:
         for spec in cell.runs:
-            if is_finished(run_dir_of(spec)):
+            if is_finished(run_dir_of(spec)) or read_record(records, spec.key) is not None:
                 cached.add(spec.key)
             else:
                 todo.setdefault(spec.key, spec)
     return list(todo.values()), len(cached)
 
 
-def execute_cells(cells: list[Cell], parallel: int = 0, address: str | None = None,
+def record_finished_runs(cells: list[Cell], records: Path) -> None:
+    """(Re)write the record of every finished run directory of ``cells`` (the directory is the source)."""
+    for cell in cells:
+        for spec in cell.runs:
+            if is_finished(run_dir_of(spec)):
+                write_record(records, record_of_run(spec.key, run_dir_of(spec)))
+
+
+def execute_cells(cells: list[Cell], records: Path, parallel: int = 0, address: str | None = None,
                   log: Callable[[str], None] = print) -> Progress:
-    """Run what is missing: serially here, or through Ray when ``parallel`` or ``address`` is given."""
-    todo, cached = pending_runs(cells)
+    """Run what is missing: serially here, or through Ray when ``parallel`` or ``address`` is given;
+    each finished run is recorded in ``records`` as it finishes."""
+    todo, cached = pending_runs(cells, records)
     progress = Progress(total=len(todo) + cached, cached=cached)
     log(f"{cached} run(s) cached, {len(todo)} to run")
     if not todo:
@@ -107,6 +117,7 @@ def execute_cells(cells: list[Cell], parallel: int = 0, address: str | None = No
     for spec, error in outcomes:
         if error is None:
             progress.ran += 1
+            write_record(records, record_of_run(spec.key, run_dir_of(spec)))
         else:
             progress.failed += 1
             log(f"run {spec.key} ({spec.values.get('model')}, seed {spec.seed}) failed: {error}")

@@ -1,7 +1,8 @@
 """Finished runs → one line per (dataset column, row, metric): published vs ours, differences, direction.
 
-Our value of a metric ``key`` is read from the run directory: a test metric of ``metrics.json``
-(times the table's ``scale``, e.g. 100 for tables printed in percent), or a measurement:
+Our value of a metric ``key`` is read from the run's record (``repro/records.py``, written from its
+run directory): a test metric of ``metrics.json`` (times the table's ``scale``, e.g. 100 for tables
+printed in percent), or a measurement:
 
 - ``train_s_per_epoch`` / ``eval_s_per_epoch``: mean ``train_time_s`` / ``valid_time_s`` of
   ``history.json`` over the epochs after the first (the first is warm-up), seconds;
@@ -14,16 +15,13 @@ method over its base, or of the full model over an ablation); it *holds* when ou
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recbole_ext.repro.execute import MEASURE_FILE, is_finished, run_dir_of
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
+from recbole_ext.repro.records import read_record, record_values
 from recbole_ext.repro.tables import Metric, Table
-
-TIMING_KEYS = {"train_s_per_epoch": "train_time_s", "eval_s_per_epoch": "valid_time_s"}
 
 
 @dataclass
@@ -66,29 +64,6 @@ class Line:
         return (self.published_gain > 0) == (self.ours_gain > 0)
 
 
-def _mean_after_warmup(values: list[float]) -> float | None:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return statistics.fmean(values[1:] if len(values) > 1 else values)
-
-
-def run_values(run_dir: Path, scale: float) -> dict[str, float]:
-    """Every value a finished run provides, by metric key."""
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    values = {k: float(v) * scale for k, v in (metrics.get("test") or {}).items()}
-    history_path = run_dir / "history.json"
-    history = json.loads(history_path.read_text()) if history_path.is_file() else []
-    for key, field_name in TIMING_KEYS.items():
-        mean = _mean_after_warmup([entry.get(field_name) for entry in history])
-        if mean is not None:
-            values[key] = mean
-    measure = json.loads((run_dir / MEASURE_FILE).read_text())
-    if measure.get("peak_gpu_mem_gb") is not None:
-        values["peak_gpu_mem_gb"] = float(measure["peak_gpu_mem_gb"])
-    return values
-
-
 def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH) -> tuple[dict | None, str]:
     """Our statistics of a preset's atomic files, counted as the paper printed them; or why not."""
     from recbole_ext.data.presets import get_preset
@@ -110,7 +85,9 @@ def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH) 
     return ours, ""
 
 
-def collect(table: Table, cells: list[Cell], data_path: str = STATISTICS_DATA_PATH) -> list[Line]:
+def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STATISTICS_DATA_PATH) -> list[Line]:
+    """Lines of ``cells`` from the records of their finished runs (``execute.record_finished_runs``
+    writes them from the run directories first)."""
     lines: list[Line] = []
     for cell in cells:
         per_run: list[dict[str, float]] = []
@@ -120,8 +97,8 @@ def collect(table: Table, cells: list[Cell], data_path: str = STATISTICS_DATA_PA
             status = "done" if stats is not None else "error"
             per_run = [stats] if stats is not None else []
         elif cell.state == "runnable":
-            finished = [run_dir_of(spec) for spec in cell.runs if is_finished(run_dir_of(spec))]
-            per_run = [run_values(d, table.scale) for d in finished]
+            finished = [record for record in (read_record(records, spec.key) for spec in cell.runs) if record]
+            per_run = [record_values(record, table.scale) for record in finished]
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,8 +78,12 @@ def reproduction(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(execute, "execute_run", must_not_run)
         results["cached_rc"] = main(argv)
-    results.update(out=out, calls=calls)
+    results.update(out=out, calls=calls, argv=argv)
     return results
+
+
+def must_not_run(spec):
+    raise AssertionError(f"run {spec.key} was trained, though finished")
 
 
 def test_killed_reproduction_keeps_the_finished_run_and_leaves_the_killed_one_unfinished(reproduction):
@@ -103,6 +108,41 @@ def test_report_only_writes_the_finished_runs_and_trains_nothing(reproduction):
 
 def test_rerun_trains_nothing(reproduction):
     assert reproduction["cached_rc"] == 0  # execute_run raised if anything was trained
+
+
+def table_lines(out: Path) -> dict:
+    with open(out / "tiny_table.quick.csv") as handle:
+        return {(line["dataset"], line["row"], line["metric"]): (line["status"], line["ours_mean"])
+                for line in csv.DictReader(handle)}
+
+
+def test_records_alone_rebuild_the_table_and_count_as_finished_runs(reproduction, tmp_path, monkeypatch):
+    """A fresh clone has the committed records but no run cache: the table comes out the same and
+    nothing is trained again."""
+    out = reproduction["out"]
+    keys = sorted(p.name for p in (out / "runs").iterdir())
+    assert sorted(p.stem for p in (out / "records").glob("*.json")) == keys
+    clone = tmp_path / "clone"
+    shutil.copytree(out / "records", clone / "records")
+    argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
+    assert argv[argv.index("--out") + 1] == str(clone) and "--models" in argv
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    assert main(argv + ["--report-only"]) == 0
+    assert table_lines(clone) == table_lines(out)
+    assert main(argv) == 0  # execute_run raised if a recorded run were trained again
+    assert table_lines(clone) == table_lines(out)
+
+
+def test_a_damaged_record_is_a_one_line_error_naming_it(reproduction, tmp_path, monkeypatch, capsys):
+    clone = tmp_path / "clone"
+    shutil.copytree(reproduction["out"] / "records", clone / "records")
+    damaged = next((clone / "records").glob("*.json"))
+    damaged.write_text('{"format": 1, "key": "another"}')
+    argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    assert main(argv + ["--report-only"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"{damaged}: not a run record" in error
 
 
 def test_outputs_are_written_and_labelled_quick(reproduction):
@@ -157,7 +197,7 @@ def test_parallel_without_ray_is_one_clear_error(monkeypatch, capsys, tmp_path):
     spec = RunSpec("k", None, {"output_dir": str(tmp_path), "run_name": "k"}, 1)
     cell = Cell(row=None, column=None, state="runnable", runs=[spec])  # one unfinished run reaches Ray
     with pytest.raises(RecboleExtError, match=r"pip install 'recbole-ext\[tune\]'"):
-        execute.execute_cells([cell], parallel=2, log=lambda _: None)
+        execute.execute_cells([cell], tmp_path / "records", parallel=2, log=lambda _: None)
 
 
 def test_a_key_added_later_keeps_cached_cells_at_its_former_value():
@@ -178,3 +218,30 @@ def test_a_key_added_later_keeps_cached_cells_at_its_former_value():
     assert cache_key(Resolved(pack_tokens=False), "cpu", memo) == before
     assert cache_key(Resolved(pack_tokens=True), "cpu", memo) != before
     assert cache_key(Resolved(seed=2021), "cpu", memo) != before
+
+
+def test_records_rebuilt_from_a_table_csv_give_the_same_table(reproduction, tmp_path, monkeypatch):
+    """``scripts/records_from_csv.py``: finished runs lost before records existed come back from the
+    CSV the table was written to (one seed per cell), under the keys today's plan gives them."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("records_from_csv", REPO / "scripts" / "records_from_csv.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    shutil.copy(reproduction["out"] / "tiny_table.quick.csv", clone / "tiny_table.quick.csv")
+    table = reproduction["argv"][1]
+    assert script.main([str(clone / "tiny_table.quick.csv"), "--table", table, "--budget", "quick",
+                        "--models", "base", "sinusoidal"]) == 0
+    original = {p.name: json.loads(p.read_text()) for p in (reproduction["out"] / "records").glob("*.json")}
+    rebuilt = {p.name: json.loads(p.read_text()) for p in (clone / "records").glob("*.json")}
+    assert rebuilt.keys() == original.keys()
+    for name, record in rebuilt.items():  # the values the table shows, at the CSV's full precision
+        assert record["test"] == pytest.approx({k: original[name]["test"][k] for k in ("recall@10", "ndcg@10")})
+        assert record["timing"] == pytest.approx({"train_s_per_epoch": original[name]["timing"]["train_s_per_epoch"]})
+        assert "imported from" in record["source"]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
+    assert main(argv + ["--report-only"]) == 0
+    assert table_lines(clone) == table_lines(reproduction["out"])

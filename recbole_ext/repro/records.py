@@ -1,0 +1,90 @@
+"""Finished runs as small records beside the tables, so results outlive the run cache.
+
+The cache (``<cache>/<key>/``: weights, logs, resume state) is large and git-ignored, so a fresh
+clone, another machine or a cleaned disk loses it, and with it every finished cell a table showed:
+``--report-only`` would then rewrite a committed table without them. So each finished run also
+leaves ``<out>/records/<key>.json``, a few hundred bytes: what a table reads from the run (test
+metrics, timing means, peak memory), its ``metrics.json`` (best epoch, validation, wall time,
+versions) and where it came from. Records are committed with ``docs/results/`` and count as
+finished runs: ``reproduce`` trains a run only when neither a finished run directory nor a record
+has its key (the config hash, data files included: ``plan.cache_key``). A run directory that is
+present stays the source: its record is rewritten from it (a run trained further updates it).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from recbole_ext.errors import DataFormatError
+
+RECORDS_DIR = "records"
+RECORD_FORMAT = 1
+MEASURE_FILE = "measure.json"
+# measurement key of a table → the per-epoch field of history.json it averages
+TIMING_KEYS = {"train_s_per_epoch": "train_time_s", "eval_s_per_epoch": "valid_time_s"}
+
+
+def records_dir(out: str | Path) -> Path:
+    return Path(out) / RECORDS_DIR
+
+
+def record_path(records: Path, key: str) -> Path:
+    return records / f"{key}.json"
+
+
+def _mean_after_warmup(values: list[float | None]) -> float | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.fmean(values[1:] if len(values) > 1 else values)
+
+
+def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
+    """The record of a finished run directory (``execute.is_finished``)."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    history_path = run_dir / "history.json"
+    history = json.loads(history_path.read_text()) if history_path.is_file() else []
+    timing = {key_: _mean_after_warmup([entry.get(field) for entry in history]) for key_, field in TIMING_KEYS.items()}
+    measure = json.loads((run_dir / MEASURE_FILE).read_text())
+    return {"format": RECORD_FORMAT, "key": key, "source": f"run directory {run_dir.resolve()}",
+            "recorded": time.strftime("%Y-%m-%d %H:%M"), "test": metrics.get("test") or {},
+            "timing": {k: v for k, v in timing.items() if v is not None},
+            "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
+
+
+def write_record(records: Path, record: dict[str, Any]) -> Path:
+    from recbole_ext.compat import atomic_write_bytes
+
+    path = record_path(records, record["key"])
+    text = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+    atomic_write_bytes(path, lambda handle: handle.write(text))
+    return path
+
+
+def read_record(records: Path, key: str) -> dict[str, Any] | None:
+    """The record of ``key``, None when there is none; a damaged one is a one-line error."""
+    path = record_path(records, key)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DataFormatError(f"{path}: not a readable run record ({error.__class__.__name__}: {error})") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("key") != key \
+            or not isinstance(record.get("test"), dict):
+        raise DataFormatError(f"{path}: not a run record of format {RECORD_FORMAT} for key {key} "
+                              "(delete it to train the run again)")
+    return record
+
+
+def record_values(record: dict[str, Any], scale: float) -> dict[str, float]:
+    """Every value a table may read from a run, by metric key: test metrics times ``scale`` (100
+    for tables printed in percent), timing means in seconds, peak GPU memory in GiB."""
+    values = {key: float(value) * scale for key, value in record["test"].items()}
+    values.update((key, float(value)) for key, value in record.get("timing", {}).items())
+    if record.get("peak_gpu_mem_gb") is not None:
+        values["peak_gpu_mem_gb"] = float(record["peak_gpu_mem_gb"])
+    return values
