@@ -13,6 +13,7 @@ present stays the source: its record is rewritten from it (a run trained further
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -49,16 +50,30 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     timing = {key_: _mean_after_warmup([entry.get(field) for entry in history]) for key_, field in TIMING_KEYS.items()}
     measure = json.loads((run_dir / MEASURE_FILE).read_text())
-    return {"format": RECORD_FORMAT, "key": key, "source": f"run directory {run_dir.resolve()}",
+    return {"format": RECORD_FORMAT, "key": key, "source": f"run directory {_shown(run_dir)}",
             "recorded": time.strftime("%Y-%m-%d %H:%M"), "test": metrics.get("test") or {},
             "timing": {k: v for k, v in timing.items() if v is not None},
             "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when below it: committed records name no home directory."""
+    relative = os.path.relpath(path.resolve())
+    return relative if not relative.startswith("..") else str(path.resolve())
+
+
 def write_record(records: Path, record: dict[str, Any]) -> Path:
+    """Write ``record`` unless the same one (its time aside) is there: rebuilding a table from run
+    directories leaves committed records untouched."""
     from recbole_ext.compat import atomic_write_bytes
 
     path = record_path(records, record["key"])
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = None
+    if isinstance(current, dict) and {**current, "recorded": None} == {**record, "recorded": None}:
+        return path
     text = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
     atomic_write_bytes(path, lambda handle: handle.write(text))
     return path

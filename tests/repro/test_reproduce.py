@@ -133,6 +133,17 @@ def test_records_alone_rebuild_the_table_and_count_as_finished_runs(reproduction
     assert table_lines(clone) == table_lines(out)
 
 
+def test_rebuilding_from_run_directories_leaves_records_as_they_were(reproduction, monkeypatch):
+    records = sorted((reproduction["out"] / "records").glob("*.json"))
+    for path in records:  # recorded long ago: a rewrite would show as a new time
+        path.write_text(json.dumps({**json.loads(path.read_text()), "recorded": "2000-01-01 00:00"}))
+    before = [p.read_bytes() for p in records]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    assert main(reproduction["argv"] + ["--report-only"]) == 0
+    assert [p.read_bytes() for p in records] == before  # no new time stamps to commit
+    assert all(json.loads(b)["source"].startswith("run directory ") for b in before)
+
+
 def test_a_damaged_record_is_a_one_line_error_naming_it(reproduction, tmp_path, monkeypatch, capsys):
     clone = tmp_path / "clone"
     shutil.copytree(reproduction["out"] / "records", clone / "records")
