@@ -37,6 +37,8 @@ CASES = {
     "seqtransformer-bpr": (TINY_CONFIG, ["loss_type=BPR", "epochs=3"]),
     # Rec-Denoiser keeps its own mask-noise generator, created lazily in the first training pass
     "denoiser": (TINY_DATA, ["model=Denoiser", "epochs=3", "hidden_size=16", "inner_size=32"]),
+    # one of RecBole's own models: no SeqTransformer keys (none of KEYS_ADDED_LATER is added on resume)
+    "recbole-gru4rec": (TINY_DATA, ["model=GRU4Rec", "epochs=3", "embedding_size=16", "hidden_size=16"]),
 }
 
 
