@@ -29,7 +29,9 @@ Variants:
 - suffixes, combinable: ``-bf16`` bfloat16 autocast (``bf16: true``; the epoch only, startup is
   ``ours``'s); ``-bucketK`` length-bucketed batches from pools of K batches (``length_bucketing: K``);
   ``-notrim`` ``trim_padding: false``; ``-pack`` ``pack_tokens: true`` (token-wise layers on real
-  tokens only).
+  tokens only); ``-prune`` ``prune_unread_states: true`` (the last block's token-wise layers at the
+  read positions only). Without ``-pack`` and ``-prune`` those switches are off, whatever their
+  defaults (both on): ``ours-pack-prune`` is the defaults.
 
 Printed: startup seconds, seconds per batch (median), epoch seconds, and ratios against ``stock``.
 ``--rounds R`` runs every variant R times, reversing the order every other round (this machine's
@@ -73,7 +75,7 @@ def variant_options(variant: str) -> tuple[str, dict]:
     base, *suffixes = variant.split("-")
     if base == "stock" and suffixes[:1] == ["fixed"]:
         base, suffixes = "stock-fixed", suffixes[1:]
-    options = {"bf16": False, "bucket": 0, "trim": True, "pack": False}
+    options = {"bf16": False, "bucket": 0, "trim": True, "pack": False, "prune": False}
     for suffix in suffixes:
         if suffix == "bf16":
             options["bf16"] = True
@@ -81,8 +83,8 @@ def variant_options(variant: str) -> tuple[str, dict]:
             options["bucket"] = int(suffix[6:])
         elif suffix == "notrim":
             options["trim"] = False
-        elif suffix == "pack":
-            options["pack"] = True
+        elif suffix in ("pack", "prune"):
+            options[suffix] = True
         else:
             raise SystemExit(f"unknown variant suffix {suffix!r} in {variant!r}")
     return base, options
@@ -114,7 +116,8 @@ def setup(variant: str, dataset_name: str, scratch: str, model: str):
     from recbole.utils import init_seed
 
     sys.argv = sys.argv[:1]
-    ours = {"trim_padding": options["trim"], "pack_tokens": options["pack"]} if base == "ours" else {}
+    ours = {"trim_padding": options["trim"], "pack_tokens": options["pack"],
+            "prune_unread_states": options["prune"]} if base == "ours" else {}
     per_model = {**PAPER_KEYS} if model == "fearec" else {"train_batch_size": 2048}
     config = config_class(model=model_class, dataset=dataset_name, config_dict={
         **PROTOCOL, **per_model, **ours, "checkpoint_dir": os.path.join(scratch, variant)})

@@ -13,8 +13,10 @@ copied into ours), eval batch ``--batch`` users. Datasets: ``ml-100k`` (ships wi
 subprocess; variants alternate within a round (``train_step.run_rounds``):
 
 - ``stock``: RecBole as a user gets it (anomaly mode as RecBole leaves it; numpy-2 aliases only).
-- ``ours-fp32``: SeqTransformer with its defaults (``trim_padding`` on where the key exists).
-- ``ours-bf16``: the same, ``trainer.evaluate`` under bfloat16 autocast. Our trainer keeps
+- ``ours-fp32``: SeqTransformer, ``trim_padding`` on (where the key exists), the switches that
+  ``train_step.py``'s suffixes name off; ``ours-fp32-pack-prune``: with ``pack_tokens`` and
+  ``prune_unread_states`` too, which are the defaults (any ``-pack``/``-prune`` combination runs).
+- ``ours-bf16*``: the same, ``trainer.evaluate`` under bfloat16 autocast. Our trainer keeps
   evaluation in fp32 (``bf16`` only autocasts training), so this shows what bf16 scoring would give.
 - ``ours-notrim``: ``trim_padding: false`` (only offered once SeqTransformer has the key).
 
@@ -63,7 +65,10 @@ def has_config_key(key: str) -> bool:
 
 
 def available_variants() -> list[str]:
-    return ["stock", "ours-fp32", "ours-bf16"] + (["ours-notrim"] if has_config_key("trim_padding") else [])
+    switches = [key for key in train_step.SWITCH_SUFFIXES if has_config_key(train_step.SWITCH_SUFFIXES[key])]
+    defaults = "".join(f"-{suffix}" for suffix in switches)
+    return (["stock", "ours-fp32", *(f"ours-fp32{defaults}", f"ours-bf16{defaults}")]
+            + (["ours-notrim"] if has_config_key("trim_padding") else []))
 
 
 def timed(function, totals: dict, name: str):
@@ -107,7 +112,7 @@ def first_batch_score_gap(variant: str, model, test_data, scratch: str) -> float
     reference = Path(scratch) / "stock_scores.pt"
     interaction = next(iter(test_data))[0]
     model.eval()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16")):
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=train_step.is_bf16(variant)):
         scores = model.full_sort_predict(interaction).float()
     if variant == "stock":
         torch.save(scores, reference)
@@ -137,7 +142,7 @@ def worker(variant: str, args) -> dict:
         from recbole_ext.models.trimming import sort_evaluation_by_length
 
         sort_evaluation_by_length([test_data], config["ITEM_LIST_LENGTH_FIELD"])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=variant.endswith("bf16"))
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=train_step.is_bf16(variant))
     times = []
     for index in range(args.warmup + args.steps):
         started = time.perf_counter()
@@ -163,7 +168,7 @@ def metric_gap(row: dict, reference: dict) -> float:
 def report(dataset: str, variants: list[str], rounds: list[dict]) -> None:
     first = rounds[0][variants[0]]
     print(f"\n{dataset}: {first['users']} test users, full sort over all items")
-    print(f"{'variant':<12} {'s/eval':>8} {'users/s':>9} {'vs stock':>20} {'|metric - stock|':>17} "
+    print(f"{'variant':<22} {'s/eval':>8} {'users/s':>9} {'vs stock':>20} {'|metric - stock|':>17} "
           f"{'|score - stock|':>16}  anomaly")
     for variant in variants:
         per_round = [r[variant] for r in rounds]
@@ -175,7 +180,7 @@ def report(dataset: str, variants: list[str], rounds: list[dict]) -> None:
             score_gap = max(r[variant]["score_gap"] for r in rounds)
         else:
             ratio_text, gap, score_gap = "-", float("nan"), float("nan")
-        print(f"{variant:<12} {seconds:>8.3f} {first['users'] / seconds:>9.0f} {ratio_text:>20} {gap:>17.2e} "
+        print(f"{variant:<22} {seconds:>8.3f} {first['users'] / seconds:>9.0f} {ratio_text:>20} {gap:>17.2e} "
               f"{score_gap:>16.2e}  {per_round[0]['anomaly_mode']}")
     if "stock" in variants and "ours-fp32" in variants:
         fp32_gap = max(metric_gap(r["ours-fp32"], r["stock"]) for r in rounds)
@@ -184,10 +189,10 @@ def report(dataset: str, variants: list[str], rounds: list[dict]) -> None:
     parts = ("collate", "forward", "scoring", "collector", "metrics", "other")
     print("where one evaluation's time goes (profiled run, share of its total; last round; forward: the "
           "model's full_sort_predict less scoring, ours' user-by-item matmul, which stock's forward includes)")
-    print(f"{'variant':<12} {'total s':>8} " + " ".join(f"{part:>10}" for part in parts))
+    print(f"{'variant':<22} {'total s':>8} " + " ".join(f"{part:>10}" for part in parts))
     for variant in variants:
         profile = rounds[-1][variant]["profile"]
-        print(f"{variant:<12} {profile['total']:>8.3f} " + " ".join(f"{profile[p] / profile['total']:>10.1%}" for p in parts))
+        print(f"{variant:<22} {profile['total']:>8.3f} " + " ".join(f"{profile[p] / profile['total']:>10.1%}" for p in parts))
     if "stock" in variants and "ours-fp32" in variants:
         print("metrics (ours-fp32 | stock, first round): " + ", ".join(
             f"{name} {rounds[0]['ours-fp32']['metrics'][name]:.6f} | {value:.6f}"
@@ -200,7 +205,7 @@ def main() -> None:
     parser.set_defaults(steps=3, warmup=1)
     parser.add_argument("--datasets", default="ml-100k,fearec-beauty")
     parser.add_argument("--dataset", help=argparse.SUPPRESS)  # the worker's one dataset
-    parser.add_argument("--variants", default=None, help="default: stock,ours-fp32,ours-bf16(,ours-notrim)")
+    parser.add_argument("--variants", default=None, help="default: stock,ours-fp32,ours-fp32-pack-prune,ours-bf16-pack-prune(,ours-notrim)")
     parser.add_argument("--quick", action="store_true", help="smoke mode: ml-100k, 1 round, 1 timed evaluation")
     parser.add_argument("--json", action="store_true", help=f"also write {RESULTS.relative_to(ROOT)}")
     args = parser.parse_args()

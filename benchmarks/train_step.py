@@ -1,7 +1,8 @@
 """Training-step time: our SASRec-equivalent (SeqTransformer) against stock RecBole SASRec.
 
     python benchmarks/train_step.py [--rounds 3] [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N]
-        [--variants stock,ours-exact,ours-fp32,ours-bf16,ours-fp32-pack,ours-compile,...] [--compile-mode M]
+        [--variants stock,ours-exact,ours-fp32,ours-bf16,ours-fp32-pack,ours-fp32-pack-prune,ours-compile,...]
+        [--compile-mode M]
         [--compile-dynamic none|true|false] [--compile-fallback-random] [--probe-lengths 50,21,8] [--json PATH]
 
 Same data (ml-100k, RecBole's loader), same config (RecBole's SASRec defaults: 2 layers, 2 heads,
@@ -14,12 +15,15 @@ other, so process-wide settings (allocator, anomaly mode) cannot leak between th
   start on this stack.
 - ``ours-exact``: ``import recbole_ext`` (anomaly off, allocator tuned) and SeqTransformer with
   ``dropout_impl: torch`` (RecBole's dropout random stream): its losses must equal stock's.
-- ``ours-fp32``: SeqTransformer (fast dropout: same distribution, other stream), unpacked whatever
-  ``pack_tokens``'s default: each variant names the switches it runs with.
+- ``ours-fp32``: SeqTransformer (fast dropout: same distribution, other stream), with the speed
+  switches below off whatever their defaults: each variant names the switches it runs with.
 - ``ours-bf16``: the same under bfloat16 autocast (``bf16: true``).
-- ``-pack`` after a variant (``ours-fp32-pack``): with ``pack_tokens: true`` (projections and the
-  token-wise layers on real tokens only; ml-100k's batches are ~78% real tokens).
-  Its "vs base" column compares it with the variant without ``-pack``, when that ran.
+- switch suffixes, in this order (:data:`SWITCH_SUFFIXES`): ``-pack`` ``pack_tokens: true``
+  (projections and the token-wise layers on real tokens only; ml-100k's batches are ~78% real
+  tokens); ``-prune`` ``prune_unread_states: true`` (the last block's residuals, norms, dropout and
+  feed-forward at the one position per sequence the loss reads). The defaults are
+  ``ours-fp32-pack-prune``. A variant's "vs base" column compares it with the variant without its
+  last suffix, when that ran.
 - ``ours-compile`` / ``ours-bf16-compile`` (not run by default): ``ours-fp32`` / ``ours-bf16`` with
   ``model.calculate_loss`` under ``torch.compile`` (``--compile-mode``, ``--compile-dynamic``);
   backward goes through AOTAutograd, Adam stays eager. ``--compile-fallback-random`` makes inductor
@@ -51,6 +55,8 @@ import time
 from pathlib import Path
 
 VARIANTS = ("stock", "ours-exact", "ours-fp32", "ours-bf16")
+# Variant suffix → the SeqTransformer switch it turns on (off without it).
+SWITCH_SUFFIXES = {"pack": "pack_tokens", "prune": "prune_unread_states"}
 # torch.compile of the step's forward (``model.calculate_loss``; backward through AOTAutograd): not in
 # the default list (compilation takes tens of seconds per process).
 COMPILE_VARIANTS = ("ours-compile", "ours-bf16-compile")
@@ -75,7 +81,8 @@ def recbole_setup(variant: str, args, dataset_name: str = "ml-100k", overrides: 
     else:
         import recbole_ext  # noqa: F401
 
-        overrides = {**(overrides or {}), "pack_tokens": variant.endswith("-pack")}
+        parts = variant.split("-")
+        overrides = {**(overrides or {}), **{key: suffix in parts for suffix, key in SWITCH_SUFFIXES.items()}}
         from recbole_ext.compat import SafeConfig as config_class
         from recbole_ext.models import SeqTransformer as model_class
 
@@ -128,7 +135,7 @@ def is_bf16(setup_variant: str) -> bool:
 
 
 def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers: int, n_item_rows: int,
-                      token_rows: int | None = None) -> int:
+                      token_rows: int | None = None, read_rows: int | None = None) -> int:
     """Analytic GEMM FLOPs of one SASRec training step with CE over all items (2 FLOPs per multiply-add).
 
     Forward, with B·L token rows, D = hidden, I = inner (heads split D, so summed over heads the
@@ -145,13 +152,19 @@ def sasrec_step_flops(batch: int, length: int, hidden: int, inner: int, n_layers
     3 × forward. Not counted: elementwise work (softmax, norms, dropout, GELU, Adam), the embedding
     gather, biases. Causal masking does not skip the masked half of Q·Kᵀ and P·V: counted in full.
     ``token_rows``: the rows the projections and feed-forward run on when tokens are packed
-    (``pack_tokens``: the real ones, rounded up), default B·L.
+    (``pack_tokens``: the real ones, rounded up), default B·L. ``read_rows``: when the last block is
+    pruned (``prune_unread_states``; SASRec reads B rows), its output projection, QKᵀ, PV and
+    feed-forward run for those rows' queries only; Q, K and V are still projected for every row.
     ``tests/benchmarks/test_train_step_smoke.py`` checks this against torch's FLOP counter.
     """
     tokens = batch * length if token_rows is None else token_rows
     per_layer = 4 * 2 * tokens * hidden * hidden + 2 * 2 * batch * length * length * hidden \
         + 2 * 2 * tokens * hidden * inner
-    forward = n_layers * per_layer + 2 * batch * hidden * n_item_rows
+    last = per_layer
+    if read_rows is not None:
+        last = 3 * 2 * tokens * hidden * hidden + 2 * read_rows * hidden * hidden \
+            + 2 * 2 * read_rows * length * hidden + 2 * 2 * read_rows * hidden * inner
+    forward = (n_layers - 1) * per_layer + last + 2 * batch * hidden * n_item_rows
     return 3 * forward
 
 
@@ -167,9 +180,10 @@ def step_flops(config, model, interaction) -> int:
 
         index = packed_row_index(interaction[model.ITEM_SEQ][:, :length])
         rows = None if index is None else index.numel()
-    return sasrec_step_flops(interaction[model.ITEM_SEQ].size(0), length, config["hidden_size"],
-                             config["inner_size"], config["n_layers"], model.item_embedding.weight.size(0),
-                             token_rows=rows)
+    batch = interaction[model.ITEM_SEQ].size(0)
+    pruned = getattr(model, "prunes_unread_states", False) and model.reshapes_training_batches
+    return sasrec_step_flops(batch, length, config["hidden_size"], config["inner_size"], config["n_layers"],
+                             model.item_embedding.weight.size(0), token_rows=rows, read_rows=batch if pruned else None)
 
 
 def compile_loss(model, args):
@@ -324,11 +338,12 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def base_variant(variant: str, variants: list[str]) -> str | None:
-    """The variant ``variant`` is compared with, when it ran: a compiled one's eager variant; a
-    ``-pack`` one's unpacked variant."""
+    """The variant ``variant`` is compared with, when it ran: a compiled one's eager variant; one
+    ending in a switch suffix (``-pack``, ``-prune``) the variant without it."""
     setup_variant, compiled = parse_variant(variant)
     if not compiled:
-        setup_variant = setup_variant.removesuffix("-pack") if setup_variant.endswith("-pack") else None
+        name, _, last = setup_variant.rpartition("-")
+        setup_variant = name if last in SWITCH_SUFFIXES else None
     return setup_variant if setup_variant in variants and setup_variant != variant else None
 
 
@@ -346,7 +361,7 @@ def main() -> None:
     add_compile_arguments(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"any of {', '.join(VARIANTS + COMPILE_VARIANTS)}, and ours-* variants with "
-                             "-pack (see the module docs)")
+                             f"the switch suffixes {', '.join('-' + s for s in SWITCH_SUFFIXES)} (see the module docs)")
     parser.add_argument("--peak", default=str(Path(__file__).parent / "results" / "matmul_peak.json"),
                         help="matmul_peak.py's results, for the fraction of peak")
     parser.add_argument("--json", help="also write the results here")
@@ -395,7 +410,7 @@ def main() -> None:
               f"{loss_gap('stock', variant) if 'stock' in variants else float('nan'):>13.2e} "
               f"{loss_gap(base, variant) if base else float('nan'):>13.2e}  {dynamo}")
     print(f"GFLOP/s: analytic GEMM FLOPs of the step (sasrec_step_flops: {rounds[0][variants[0]]['flops_per_step'] / 1e9:.1f} "
-          f"GFLOP for {variants[0]}; packed variants count their packed rows) / median s/step; of peak: against "
+          f"GFLOP for {variants[0]}; packed and pruned variants count the rows they run) / median s/step; of peak: against "
           "matmul_peak.py's best GEMM of the same dtype")
     if args.probe_lengths:
         print("length probe (median over rounds): s/step of the first step at each new length (includes any "

@@ -33,13 +33,13 @@ import torch
 import yaml
 
 from recbole_ext.compat import load_checkpoint, save_checkpoint
-from recbole_ext.config.schema import KEYS_ADDED_LATER, without_later_keys_at_former_values
+from recbole_ext.config.schema import KEYS_ADDED_LATER, SPEED_ONLY_KEYS, without_later_keys_at_former_values
 from recbole_ext.errors import CheckpointError, ConfigError
 
 RESUME_FILE = "resume.pth"
 # What a resumed run may change: how long and how it trains, never what it trains.
 CHANGEABLE_ON_RESUME = frozenset({"epochs", "stopping_step", "num_threads", "show_progress", "state",
-                                  "run_name", "output_dir", "gpu_id", "eval_batch_size"})
+                                  "run_name", "output_dir", "gpu_id", "eval_batch_size", *SPEED_ONLY_KEYS})
 
 
 class ResumeError(ConfigError):

@@ -198,3 +198,17 @@ def test_an_interrupted_sweep_trial_replays_its_epochs_then_continues(in_tmp, mo
     unkilled = run(str(TINY_CONFIG), [o for o in overrides if not o.startswith("run_name")] + ["run_name=unkilled"])
     assert reports[-1]["test"] == unkilled.test_result
     assert json.loads((in_tmp / "runs" / "trial_a" / "metrics.json").read_text())["resumed"][0]["from_epoch"] == 1
+
+
+def test_a_speed_only_key_may_change_on_resume_and_changes_nothing(in_tmp):
+    """``SPEED_ONLY_KEYS`` (``prune_unread_states``): a run killed with the last block whole and
+    resumed with it pruned ends where a run that never pruned does."""
+    unpruned = ["epochs=3", "prune_unread_states=false"]
+    unkilled = run(TINY_CONFIG, unpruned + ["run_name=unkilled"])
+    with pytest.raises(Killed):
+        run(TINY_CONFIG, unpruned + ["run_name=killed"], epoch_callback=kill_after_epoch(0))
+    resumed = resume_run(in_tmp / "runs" / "killed", ["prune_unread_states=true"])
+    for first, second in zip(history_without_times(resumed.run_dir), history_without_times(unkilled.run_dir), strict=True):
+        assert first["valid"] == second["valid"]
+        assert first["train_loss"]["loss"] == pytest.approx(second["train_loss"]["loss"], rel=1e-5)
+    assert resumed.test_result == unkilled.test_result

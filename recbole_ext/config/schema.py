@@ -28,6 +28,12 @@ from recbole_ext.nn.registry import check_type
 KEYS_ADDED_LATER: dict[str, Any] = {"pack_tokens": False}
 
 
+# Switches that change how fast a run computes, never what: the same outputs and the same random
+# stream (each one's test proves it; ``prune_unread_states``: tests/models/test_pruning.py). They are
+# left out of cache keys and may change on resume, so a new one never orphans a finished cell.
+SPEED_ONLY_KEYS = frozenset({"prune_unread_states"})
+
+
 def without_later_keys_at_former_values(values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items()
             if not (key in KEYS_ADDED_LATER and value == KEYS_ADDED_LATER[key])}

@@ -192,11 +192,11 @@ class FeatureStreamNextItem(FeatureBackbone):
     def encode_last(self, model, interaction):
         item_seq = interaction[model.ITEM_SEQ]
         last = interaction[model.ITEM_SEQ_LEN] - 1
-        item_output = model.encode(item_seq, causal=True)
+        item_output = model.encode(item_seq, causal=True, reads=last)
         feature_input = self.pool_features(self.features(item_seq))
+        # The feature encoder shares the item pass's context, and so its read positions.
         feature_output = model.encode_embedded(feature_input, item_output.context, encoder=self.feature_encoder)
-        joint = torch.cat([model.gather_indexes(item_output.hidden, last),
-                           model.gather_indexes(feature_output.hidden, last)], dim=-1)
+        joint = torch.cat([item_output.at(last), feature_output.at(last)], dim=-1)
         return model.input_dropout(model.input_norm(self.output_fusion(joint))), item_output
 
 

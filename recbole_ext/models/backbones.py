@@ -30,7 +30,13 @@ def bce_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
 
 
 class Backbone(nn.Module):
-    """Constructed as ``Backbone(options, model, config)`` after the model's dims are set."""
+    """Constructed as ``Backbone(options, model, config)`` after the model's dims are set.
+
+    A backbone that reads the encoder's states at a few positions only says which when it encodes
+    (``model.encode(seq, causal, reads=positions)``) and reads them with ``output.at(positions)``:
+    the last block then runs its token-wise layers there alone (``prune_unread_states``). One that
+    reads every position (CORE's pooling) encodes without ``reads`` and uses ``output.hidden``.
+    """
 
     causal = True
     extra_tokens = 0  # item-embedding rows beyond RecBole's n_items (e.g. a [MASK] token)
@@ -90,8 +96,9 @@ class CausalNextItem(Backbone):
         return {}
 
     def encode_last(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
-        output = model.encode(interaction[model.ITEM_SEQ], causal=True, **self.encoder_inputs(model, interaction))
-        return model.gather_indexes(output.hidden, interaction[model.ITEM_SEQ_LEN] - 1), output
+        last = interaction[model.ITEM_SEQ_LEN] - 1
+        output = model.encode(interaction[model.ITEM_SEQ], causal=True, reads=last, **self.encoder_inputs(model, interaction))
+        return output.at(last), output
 
     def training_loss(self, model, interaction):
         representation, output = self.encode_last(model, interaction)
@@ -146,9 +153,8 @@ class Cloze(Backbone):
         masked_seq_field, positive_field, negative_field, index_field = self.mask_fields
         masked_index = interaction[index_field]  # [B, M] positions of the masks, 0-padded
         positive = interaction[positive_field]  # [B, M] target items, 0-padded
-        output = model.encode(interaction[masked_seq_field], causal=False)
-        gathered = output.hidden.gather(1, masked_index[..., None].expand(-1, -1, output.hidden.size(-1)))
-        states = self.head(gathered)  # [B, M, D]: the head runs on masked positions only
+        output = model.encode(interaction[masked_seq_field], causal=False, reads=masked_index)
+        states = self.head(output.at(masked_index))  # [B, M, D]: the head runs on masked positions only
         targets = (masked_index > 0 if self.options.recbole_quirks else positive > 0).float()
         if model.loss_type in ("BPR", "BCE"):
             negative = interaction[negative_field]
@@ -186,5 +192,5 @@ class Cloze(Backbone):
 
     def user_representation(self, model, interaction):
         item_seq, position = self.evaluation_input(model, interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN])
-        output = model.encode(item_seq, causal=False)
-        return self.head(model.gather_indexes(output.hidden, position))
+        output = model.encode(item_seq, causal=False, reads=position)
+        return self.head(output.at(position))

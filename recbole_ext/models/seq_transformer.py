@@ -66,6 +66,9 @@ class SeqTransformer(SequentialRecommender):
         "pack_tokens": Key(bool, "run the token-wise layers (Q/K/V and output projections, residuals, norms, "
                                  "dropout, feed-forward) on real tokens only, where every part declares trimming "
                                  "exact (nn/transformer.py)"),
+        "prune_unread_states": Key(bool, "run the last block's residuals, norms, dropout and feed-forward only at the "
+                                         "positions the loss and scores read (same outputs and random stream; "
+                                         "nn/transformer.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
         # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
         # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
@@ -124,6 +127,11 @@ class SeqTransformer(SequentialRecommender):
         # the batch's full [B, L] shape: trimmed or packed training batches would draw other masks.
         # Evaluation has no dropout, so it still trims and packs.
         self.reshapes_training_batches = self.dims.dropout_impl != "torch"
+        # Every consumer of the last block's states must read them only where the backbone said it
+        # would (``encode(..., reads=...)``): auxiliary losses that read other positions, or records
+        # of every layer's states, keep the last block whole.
+        self.prunes_unread_states = bool(config["prune_unread_states"]) and "layer_outputs" not in self.wants and \
+            not any(loss.reads_every_final_state for loss in self.aux_losses)
         self.list_suffix = config["LIST_SUFFIX"]
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -136,18 +144,26 @@ class SeqTransformer(SequentialRecommender):
         if isinstance(module, nn.Linear) and module.bias is not None:
             module.bias.data.zero_()
 
-    def encode(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> EncoderOutput:
-        """Item ids [B, L] (0 = padding) → per-position states [B, L, D].
+    def encode(self, item_seq: torch.Tensor, causal: bool, reads: torch.Tensor | None = None,
+               **inputs: torch.Tensor) -> EncoderOutput:
+        """Item ids [B, L] (0 = padding) → per-position states [B, L, D]; read them with ``output.at``.
 
+        ``reads``: the only positions ([B] or [B, M] per row, real ones) whose states the caller
+        and the auxiliary losses will read, so the last block may skip the others (``prune_unread_states``).
         ``inputs``: extra tensors for parts (``AttentionContext.inputs``), e.g. timestamps.
         """
-        context = self.attention_context(item_seq, causal, **inputs)
+        context = self.attention_context(item_seq, causal, reads, **inputs)
         return self.encode_embedded(self.backbone.embed_items(self, item_seq, context), context)
 
-    def attention_context(self, item_seq: torch.Tensor, causal: bool, **inputs: torch.Tensor) -> AttentionContext:
-        packs = self.packs_tokens and (self.reshapes_training_batches or not self.training)
-        return AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
-                                inputs=inputs, packed_rows=packed_row_index(item_seq) if packs else None)
+    def attention_context(self, item_seq: torch.Tensor, causal: bool, reads: torch.Tensor | None = None,
+                          **inputs: torch.Tensor) -> AttentionContext:
+        reshapes = self.reshapes_training_batches or not self.training
+        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
+                                   inputs=inputs,
+                                   packed_rows=packed_row_index(item_seq) if self.packs_tokens and reshapes else None)
+        if reads is not None and self.prunes_unread_states and reshapes:
+            context.reading(reads)
+        return context
 
     def encode_embedded(self, embedded: torch.Tensor, context: AttentionContext,
                         encoder: nn.Module | None = None) -> EncoderOutput:

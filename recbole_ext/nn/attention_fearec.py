@@ -147,6 +147,8 @@ class FrequencyHybridAttention(SoftmaxAttention):
     aggregating V rolled by each lag (Eq. 16–17).
     """
 
+    attends_from_read_rows = False  # its FFT mixes every position's queries
+
     # Circular correlation and rolls over the whole padded window: real positions depend on the padding.
     exact_under_trailing_trim = False
 

@@ -202,6 +202,8 @@ class TimeIntervalAttention(SoftmaxAttention):
     [B, L, L, d] tensors element-wise): same expectation, [B, L, L, d] never materialised.
     """
 
+    attends_from_read_rows = False  # its interval bias is [L, L]
+
     @dataclass(frozen=True)
     class Options(SoftmaxAttention.Options):
         time_span: int = 256  # k: personalised intervals are clipped to k (TiSASRec default 256)

@@ -70,8 +70,12 @@ class QKVAttention(AttentionPart):
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         """[B, L, D] → [B, L, D], or [T, D] at ``context.packed_rows`` when set (``pack_tokens``:
-        the output projection then runs on the real tokens only)."""
+        the output projection then runs on the real tokens only), or [R, D] at the read rows when
+        ``context.queries_at_read_rows`` (parts that ``attends_from_read_rows``)."""
         query, key, value = self.project(hidden, context)
+        if context.queries_at_read_rows:
+            mixed = self.mix(context.at_read_positions(query), key, value, context)  # [B, H, M, d]
+            return self.dense(merge_heads(mixed).flatten(0, 1))
         return self.dense(gather_tokens(merge_heads(self.mix(query, key, value, context)), context.packed_rows))
 
 
@@ -95,6 +99,10 @@ class SoftmaxAttention(QKVAttention):
 
     # Applies ``context.probability_gate`` (parts that wrap attention check this before relying on it).
     applies_probability_gate = True
+    # Queries enter only through QKᵀ, so the read positions' outputs need only their queries: the
+    # last block's scores, softmax, dropout and PV shrink from L rows per sequence to M. Subclasses
+    # that mix differently (a time-interval bias, FEARec's FFT) set it false.
+    attends_from_read_rows = True
 
     def probabilities(self, scores: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         """softmax over the allowed keys, times the context's probability gate (if any); recorded."""
@@ -111,4 +119,10 @@ class SoftmaxAttention(QKVAttention):
         bias = context.position.logit_bias(query, key, context)
         if bias is not None:
             scores = scores + bias
-        return torch.matmul(self.attn_dropout(self.probabilities(scores, context)), value)
+        return torch.matmul(self.dropped_probabilities(self.probabilities(scores, context), context), value)
+
+    def dropped_probabilities(self, probs: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        """Dropout on the probabilities; for the read positions' rows, the full [B, H, L, L] mask's rows."""
+        if not context.queries_at_read_rows:
+            return self.attn_dropout(probs)
+        return self.attn_dropout(probs.flatten(0, 2), context.read_probability_rows(probs.size(1))).view_as(probs)

@@ -82,7 +82,17 @@ class AttentionContext:
     # real one and a few padded, :func:`packed_row_index`; :class:`~recbole_ext.nn.transformer.TransformerBlock`);
     # None: every position.
     packed_rows: torch.Tensor | None = None
+    # Flat indices [R] of the positions of [B, L] whose last-layer states the caller reads (the next
+    # item's state, BERT4Rec's masks; :meth:`reading`): the last block's token-wise layers run there
+    # only (``prune_unread_states``). ``read_positions`` is the caller's [B] or [B, M] form. None: all.
+    read_rows: torch.Tensor | None = None
+    read_positions: torch.Tensor | None = None
+    # Set by the last block around a part that ``attends_from_read_rows``: the part computes the
+    # read positions' queries only ([B, H, M, d]; :meth:`at_read_positions`), and the attention mask
+    # (:meth:`additive_mask_as`) and probability dropout rows (:meth:`read_probability_rows`) follow.
+    queries_at_read_rows: bool = False
     _additive_mask: torch.Tensor | None = None
+    _read_rows_in_packed: torch.Tensor | None = None
     _cast_masks: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -103,13 +113,50 @@ class AttentionContext:
         return self._additive_mask
 
     def additive_mask_as(self, dtype: torch.dtype) -> torch.Tensor:
-        """``additive_mask`` in ``dtype`` (e.g. bf16 scores under autocast), cast once per pass, not per layer."""
+        """``additive_mask`` in ``dtype`` (e.g. bf16 scores under autocast), cast once per pass, not per
+        layer; its rows at the read positions ([B, 1, M, L]) while ``queries_at_read_rows``."""
         mask = self.additive_mask
-        if mask.dtype == dtype:
-            return mask
-        if dtype not in self._cast_masks:
-            self._cast_masks[dtype] = mask.to(dtype)
-        return self._cast_masks[dtype]
+        if mask.dtype != dtype:
+            if dtype not in self._cast_masks:
+                self._cast_masks[dtype] = mask.to(dtype)
+            mask = self._cast_masks[dtype]
+        return self.at_read_positions(mask) if self.queries_at_read_rows else mask
+
+    def at_read_positions(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows of x [B, H, L, ...] (H may be 1) at the read positions: [B, H, M, ...]; x unchanged
+        when its query dimension is 1 (a mask broadcast over queries: padding only)."""
+        if x.size(2) == 1:
+            return x
+        positions = self.read_positions.view(self.read_positions.size(0), 1, -1, *([1] * (x.dim() - 3)))
+        return x.gather(2, positions.expand(-1, x.size(1), -1, *x.shape[3:]))
+
+    def read_probability_rows(self, heads: int) -> "RowSelection":
+        """The rows of [B, H, L, L] attention probabilities (flattened to [B·H·L, L]) that the read
+        positions' queries own, in [B, H, M] order: dropout draws the full mask and keeps these."""
+        batch, length = self.item_seq.shape
+        positions = self.read_positions.view(batch, 1, -1)
+        starts = torch.arange(batch * heads, device=positions.device).view(batch, heads, 1) * length
+        return RowSelection((starts + positions).flatten(), batch * heads * length)
+
+    def reading(self, positions: torch.Tensor) -> "AttentionContext":
+        """This context, with the last block restricted to ``positions`` ([B] or [B, M] per row)."""
+        length = self.item_seq.size(1)
+        offsets = torch.arange(0, self.item_seq.numel(), length, device=positions.device)
+        self.read_rows = (positions.view(positions.size(0), -1) + offsets[:, None]).flatten()
+        self.read_positions = positions
+        return self
+
+    def read_rows_in_packed(self) -> torch.Tensor:
+        """Where each read row sits among ``packed_rows`` (the rows of a packed [T, ...] tensor)."""
+        if self._read_rows_in_packed is None:
+            where = torch.full((self.item_seq.numel(),), -1, dtype=torch.long, device=self.item_seq.device)
+            where[self.packed_rows] = torch.arange(self.packed_rows.numel(), device=where.device)
+            inside = where[self.read_rows]
+            if bool((inside < 0).any()):
+                raise RuntimeError("prune_unread_states: a read position is padding (not a packed row); "
+                                   "only real positions can be read")
+            self._read_rows_in_packed = inside
+        return self._read_rows_in_packed
 
     def record(self, name: str, value: torch.Tensor) -> None:
         """Keep ``value`` (one entry per layer) if an auxiliary loss asked for ``name``."""
@@ -149,6 +196,16 @@ def scatter_tokens(packed: torch.Tensor, index: torch.Tensor, batch_length: tupl
     batch, length = batch_length
     full = packed.new_zeros((batch * length, *packed.shape[1:]))
     return full.index_copy(0, index, packed).view(batch, length, *packed.shape[1:])
+
+
+@dataclass(frozen=True)
+class RowSelection:
+    """The rows ``index`` [R] of a layer's ``total`` input rows that it is computed on; the others
+    are never read. Dropout draws its mask for all ``total`` rows and keeps these, so a pruned layer
+    consumes the random stream of the full one and keeps the values it would have had there."""
+
+    index: torch.Tensor
+    total: int
 
 
 def on_packed_rows(layer, x: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
@@ -191,7 +248,8 @@ class MainPassReplay:
 class EncoderOutput:
     """Result of one encoder pass: the last layer's states plus whatever losses asked to record."""
 
-    hidden: torch.Tensor  # [B, L, D]
+    # [B, L, D]; or [R, D] at ``context.read_rows`` when the last block ran at the read positions only.
+    states: torch.Tensor
     context: AttentionContext
     # Set by the model's calculate_loss when an auxiliary loss ``replays_main_pass``.
     main_pass: MainPassReplay | None = None
@@ -199,3 +257,21 @@ class EncoderOutput:
     @property
     def records(self) -> dict[str, list[torch.Tensor]]:
         return self.context.records
+
+    @property
+    def hidden(self) -> torch.Tensor:
+        """[B, L, D]: every position's state. A pass that read only some positions has no others."""
+        if self.context.read_rows is not None:
+            raise RuntimeError("this encoder pass computed its last block at the read positions only "
+                               "(prune_unread_states): use output.at(positions), or encode without reads")
+        return self.states
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """The states at ``positions``: [B] → [B, D], [B, M] → [B, M, D]."""
+        if self.context.read_rows is None:
+            index = positions.view(positions.size(0), -1, 1).expand(-1, -1, self.states.size(-1))
+            return self.states.gather(1, index).view(*positions.shape, -1)
+        read = self.context.read_positions
+        if positions is not read and not torch.equal(positions, read):
+            raise RuntimeError("this encoder pass computed its last block at other positions than those asked for")
+        return self.states.view(*positions.shape, -1)

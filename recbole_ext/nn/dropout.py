@@ -17,12 +17,15 @@ expected output equals the input exactly. ``nn.Dropout`` keeps p and scales by 1
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from recbole_ext.nn.context import RowSelection
 
 DropoutImpl = Literal["fast", "torch"]
 _LEVELS = 1 << 16  # one int16 of random bits per element
@@ -33,21 +36,26 @@ def quantized_drop_probability(p: float) -> float:
     return round(p * _LEVELS) / _LEVELS
 
 
-def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def scaled_keep_mask(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device,
+                     rows: torch.Tensor | None = None) -> torch.Tensor:
     """Mask of 0 and 1 / (1 − p'): drop with probability p' (:func:`quantized_drop_probability`).
 
     On CPU the bits come from numpy's SFC64, seeded by one draw from torch's generator, so
     ``torch.manual_seed`` (RecBole's ``init_seed``) still makes runs repeatable. Elsewhere (and
     inside ``torch.compile``, which numpy would break) from ``torch.rand``.
+    ``rows``: only these rows (first dimension) of the mask drawn for ``shape``.
     """
     dropped = quantized_drop_probability(p)
     if device.type != "cpu" or torch.compiler.is_compiling():
-        return torch.rand(shape, device=device).ge_(dropped).to(dtype).mul_(1.0 / (1.0 - dropped))
-    count = math.prod(shape)
-    seed = int(torch.randint(0, 2**62, (1,)).item())
-    bits = np.random.SFC64(seed).random_raw((count + 3) // 4).view(np.int16)[:count]  # uniform on [-2^15, 2^15)
-    kept = np.greater_equal(bits, round(dropped * _LEVELS) - _LEVELS // 2).view(np.uint8)
-    return torch.from_numpy(kept).view(shape).to(dtype).mul_(1.0 / (1.0 - dropped))
+        kept = torch.rand(shape, device=device).ge_(dropped)
+    else:
+        count = math.prod(shape)
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+        bits = np.random.SFC64(seed).random_raw((count + 3) // 4).view(np.int16)[:count]  # uniform on [-2^15, 2^15)
+        kept = torch.from_numpy(np.greater_equal(bits, round(dropped * _LEVELS) - _LEVELS // 2).view(np.uint8)).view(shape)
+    if rows is not None:
+        kept = kept.index_select(0, rows.to(kept.device))
+    return kept.to(dtype).mul_(1.0 / (1.0 - dropped))
 
 
 class Dropout(nn.Module):
@@ -58,13 +66,20 @@ class Dropout(nn.Module):
         self.p = p
         self.impl = impl
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: "RowSelection | None" = None) -> torch.Tensor:
+        """``rows``: x [R, ...] holds only these rows of the layer's full input; the mask is drawn for
+        all of them and these rows are kept (the random stream and values of the full layer)."""
         if not self.training or self.p == 0.0:
             return x
         # p' of 0 or 1 (p within 2^-17 of either end) has no fast mask: torch's draws keep p exact.
         if self.impl == "torch" or quantized_drop_probability(self.p) in (0.0, 1.0):
-            return F.dropout(x, self.p, training=True)
-        return x * scaled_keep_mask(x.shape, self.p, x.dtype, x.device)  # one multiply forward and backward
+            if rows is None:
+                return F.dropout(x, self.p, training=True)
+            full_mask = F.dropout(x.new_ones((rows.total, *x.shape[1:])), self.p, training=True)
+            return x * full_mask.index_select(0, rows.index)
+        if rows is None:
+            return x * scaled_keep_mask(x.shape, self.p, x.dtype, x.device)  # one multiply forward and backward
+        return x * scaled_keep_mask(torch.Size((rows.total, *x.shape[1:])), self.p, x.dtype, x.device, rows.index)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, impl={self.impl}"

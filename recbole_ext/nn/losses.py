@@ -38,6 +38,11 @@ class AuxLoss(nn.Module):
     # Whether forward reruns the main pass (e.g. an ARM estimator): then ``calculate_loss`` records
     # the random state before the main pass and its loss in ``output.main_pass``.
     replays_main_pass = False
+    # Whether forward reads the main pass's last-layer states at positions other than the backbone's
+    # (``output.hidden``, hooks on the blocks): then the last block runs at every position
+    # (``prune_unread_states``). Losses that read ``output.at(...)`` of the backbone's positions, the
+    # records of attention parts, or their own passes set it false.
+    reads_every_final_state = True
 
     # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
     # dataset, for losses that precompute from it (e.g. same-target positives).

@@ -48,6 +48,7 @@ def info_nce(first: torch.Tensor, second: torch.Tensor, temperature: float, simi
 
 class ViewLoss(AuxLoss):
     exact_under_trailing_trim = True  # views are states at the last real position
+    reads_every_final_state = False  # the main view is the backbone's own read (output.at)
     """A loss on two views; owns (or shares with a sibling loss) the same-target sampler."""
 
     @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def view(name: str, model, interaction, output: EncoderOutput, sampler) -> torch
     cache = output.records.setdefault(VIEW_RECORD, {})
     if name not in cache:
         if name == "main":  # the backbone's state at the last real position, from the main pass
-            cache[name] = model.gather_indexes(output.hidden, interaction[model.ITEM_SEQ_LEN] - 1)
+            cache[name] = output.at(interaction[model.ITEM_SEQ_LEN] - 1)
         elif name == "dropout":
             cache[name] = model.backbone.user_representation(model, interaction)
         else:

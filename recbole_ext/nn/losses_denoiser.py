@@ -63,6 +63,7 @@ class MaskGradient(AuxLoss):
 
     exact_under_trailing_trim = True
     replays_main_pass = True
+    reads_every_final_state = False  # only the backbone's loss, replayed
 
     @dataclass(frozen=True)
     class Options:
@@ -113,6 +114,7 @@ class MaskL0(AuxLoss):
     """Relaxed L0 of the masks (Eq. 8): Σ σ(Φ) over layers (and heads), gates (u, v)."""
 
     exact_under_trailing_trim = True
+    reads_every_final_state = False  # only the mask logits
 
     @dataclass(frozen=True)
     class Options:
@@ -178,7 +180,7 @@ class JacobianPenalty(AuxLoss):
         pairs = [(x, y) for context, x, y in self._captured if context is output.context]
         self._captured.clear()
         if not pairs:
-            return output.hidden.new_zeros(())
+            return output.states.new_zeros(())
         valid = output.context.key_padding
         if self.options.blocks == "sample":
             scale = len(pairs)

@@ -35,6 +35,7 @@ class PhaseContrastiveLoss(AuxLoss):
 
     wants = frozenset({QUERY_PHASES, KEY_PHASES})
     exact_under_trailing_trim = False  # the code's mean over positions includes padding
+    reads_every_final_state = False  # only the attention parts' phase records
 
     @dataclass(frozen=True)
     class Options:

@@ -23,6 +23,9 @@ class AttentionPart(nn.Module):
     # Whether outputs at real positions are unchanged when trailing padding is cut off
     # (true for masked attention on left-aligned sequences; false e.g. for a fixed-length FFT).
     exact_under_trailing_trim = True
+    # Whether the part honours ``context.queries_at_read_rows`` (the last block of a pass that reads
+    # a few positions): it then returns the read positions' outputs only, [R, D].
+    attends_from_read_rows = False
 
     def __init__(self, options, dims: TransformerDims, layer_index: int):
         super().__init__()

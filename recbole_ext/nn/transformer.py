@@ -3,6 +3,11 @@
 Layout is RecBole's (post-LN, as in BERT): ``h = LN(x + Dropout(Attn(x)))``,
 ``out = LN(h + Dropout(W2 act(W1 h)))``. The order of dropout calls matches RecBole's, so with the
 same weights and seed the two produce the same numbers in training too.
+
+Two switches shrink the token-wise part of a block (everything after the attention) without
+changing any output that is read: ``pack_tokens`` runs it on the real tokens only, and
+``prune_unread_states`` runs the last block's at the positions the caller reads only
+(``AttentionContext.read_rows``; SASRec's loss reads one position per sequence).
 """
 from __future__ import annotations
 
@@ -10,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recbole_ext.nn.context import AttentionContext, TransformerDims, gather_tokens, scatter_tokens
+from recbole_ext.nn.context import AttentionContext, RowSelection, TransformerDims, gather_tokens, scatter_tokens
 from recbole_ext.nn.dropout import Dropout
 from recbole_ext.nn.registry import PartSpec
-from recbole_ext.nn.slots import ATTENTION
+from recbole_ext.nn.slots import ATTENTION, PositionPart
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact erf form, as RecBole's hand-written gelu, in one fused kernel
@@ -47,7 +52,10 @@ class TransformerBlock(nn.Module):
         self.ffn_dropout = Dropout(dims.hidden_dropout_prob, dims.dropout_impl)
         self.ffn_norm = nn.LayerNorm(dims.hidden_size, eps=dims.layer_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, context: AttentionContext, last: bool = False) -> torch.Tensor:
+        """[B, L, D] → [B, L, D]; the last block of a pass with ``context.read_rows`` → [R, D]."""
+        if last and context.read_rows is not None:
+            return self.at_read_rows(hidden, context)
         attended = self.attention(hidden, context)
         index = context.packed_rows
         if index is None:
@@ -61,10 +69,38 @@ class TransformerBlock(nn.Module):
             attended = gather_tokens(attended, index)
         return scatter_tokens(self.token_wise(gather_tokens(hidden, index), attended), index, hidden.shape[:2])
 
-    def token_wise(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+    def at_read_rows(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        """``prune_unread_states``: the last block at the read rows only, [R, D].
+
+        Nothing reads the other positions' final states (SASRec's loss and scores read one position
+        per sequence). The token-wise layers act on each position alone, so they run at the read
+        rows; a part that ``attends_from_read_rows`` also computes only the read positions' queries
+        (their keys and values are every position's). Where an auxiliary loss records something
+        from inside the attention, or the position part biases the [L, L] logits, the attention
+        runs whole. Every dropout mask is drawn for the rows the full block would run on and the
+        read rows kept (``RowSelection``), so outputs and the random stream are the full block's."""
+        reads, packed = context.read_rows, context.packed_rows
+        if packed is None:
+            rows = RowSelection(reads, hidden.shape[0] * hidden.shape[1])
+        else:
+            rows = RowSelection(context.read_rows_in_packed(), packed.numel())
+        context.queries_at_read_rows = self.attention.attends_from_read_rows and not context.wants \
+            and type(context.position).logit_bias is PositionPart.logit_bias
+        try:
+            attended = self.attention(hidden, context)
+            if not context.queries_at_read_rows:
+                if attended.dim() == hidden.dim():
+                    attended = gather_tokens(attended, reads)
+                else:  # packed [T, D] (``QKVAttention``)
+                    attended = attended.index_select(0, rows.index)
+        finally:
+            context.queries_at_read_rows = False
+        return self.token_wise(gather_tokens(hidden, reads), attended, rows)
+
+    def token_wise(self, hidden: torch.Tensor, attended: torch.Tensor, rows: RowSelection | None = None) -> torch.Tensor:
         """The block after its attention, position by position: residual, norm, feed-forward."""
-        hidden = self.attention_norm(hidden + self.attention_dropout(attended))
-        return self.ffn_norm(hidden + self.ffn_dropout(self.ffn(hidden)))
+        hidden = self.attention_norm(hidden + self.attention_dropout(attended, rows))
+        return self.ffn_norm(hidden + self.ffn_dropout(self.ffn(hidden), rows))
 
 
 class TransformerEncoder(nn.Module):
@@ -79,6 +115,6 @@ class TransformerEncoder(nn.Module):
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         for index, block in enumerate(self.blocks):
             context.layer_index = index
-            hidden = block(hidden, context)
+            hidden = block(hidden, context, last=index == len(self.blocks) - 1)
             context.record("layer_outputs", hidden)
         return hidden

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recbole_ext.config.schema import without_later_keys_at_former_values
+from recbole_ext.config.schema import SPEED_ONLY_KEYS, without_later_keys_at_former_values
 from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError
 from recbole_ext.repro.tables import Column, Row, Table
 
@@ -27,10 +27,11 @@ QUICK = {"epochs": 2, "stopping_step": 1, "eval_step": 1}
 QUICK_MAX_USER_INTERACTIONS = 40
 # Efficiency tables measure 1 warm-up epoch + 2 timed epochs, whatever the budget (specs/linrec.md §7).
 EFFICIENCY = {"epochs": 3, "stopping_step": 100, "eval_step": 1}
-# Keys that change where a run is written or how it logs, not what it computes: not in the cache key.
+# Keys that change where a run is written, how it logs or how fast it computes, not what it computes:
+# not in the cache key.
 NOT_HASHED = {"output_dir", "run_name", "checkpoint_dir", "show_progress", "state", "num_threads", "gpu_id",
               "use_gpu", "data_path", "log_wandb", "wandb_project", "save_dataset", "save_dataloaders",
-              "dataset_save_path", "dataloaders_save_path", "worker"}
+              "dataset_save_path", "dataloaders_save_path", "worker", *SPEED_ONLY_KEYS}
 CACHE_VERSION = 1
 STATISTICS_DATA_PATH = "dataset_atomic"  # default of `recbole-ext data convert` (used when a column has no config)
 

@@ -26,17 +26,18 @@ def load(name: str):
 train_step = load("train_step")
 
 
-@pytest.mark.parametrize("pack_tokens", [False, True])
-def test_analytic_step_flops_equal_counted_gemm_flops(in_tmp, pack_tokens):
+@pytest.mark.parametrize("pack_tokens, prune", [(False, False), (True, False), (False, True), (True, True)])
+def test_analytic_step_flops_equal_counted_gemm_flops(in_tmp, pack_tokens, prune):
     # 4 heads of 4: the attention GEMMs summed over heads have width D whatever the head count.
-    config = tiny_recbole_config(hidden_size=16, n_layers=2, n_heads=4, inner_size=48, pack_tokens=pack_tokens)
+    config = tiny_recbole_config(hidden_size=16, n_layers=2, n_heads=4, inner_size=48, pack_tokens=pack_tokens,
+                                 prune_unread_states=prune)
     train_data, _, _ = data_preparation(config, create_dataset(config))
     init_seed(config["seed"], config["reproducibility"])
     from recbole_ext.models import SeqTransformer
 
     model = SeqTransformer(config, train_data._dataset).train()
     batch = next(iter(train_data))
-    assert model.packs_tokens == pack_tokens and bool((batch[model.ITEM_SEQ] == 0).any())  # rows to pack
+    assert model.prunes_unread_states == prune and model.packs_tokens == pack_tokens and bool((batch[model.ITEM_SEQ] == 0).any())  # rows to pack
     with FlopCounterMode(display=False) as counter:
         model.calculate_loss(batch).backward()
     # At the length the model ran the batch (trailing padding trimmed when the model trims).
@@ -61,5 +62,7 @@ def test_variant_names():
     assert train_step.base_variant("ours-fp32", ran) is None
     assert train_step.base_variant("ours-fp32-pack", ran) == "ours-fp32"
     assert train_step.base_variant("ours-bf16-pack", ran) == "ours-bf16"
+    assert train_step.base_variant("ours-fp32-pack-prune", ran) == "ours-fp32-pack"
+    assert train_step.base_variant("ours-fp32-prune", ran) == "ours-fp32"
     assert train_step.base_variant("ours-bf16-compile", ["ours-bf16-compile"]) is None  # its base did not run
     assert train_step.is_bf16("ours-bf16-pack") and not train_step.is_bf16("ours-fp32-pack")

@@ -58,8 +58,10 @@ def test_untrained_sasrec_cape_scores_like_sasrec_without_positions(in_tmp):
             assert all(torch.count_nonzero(layer.table) == 0 for layer in model.position.layers)
         with torch.no_grad():
             scores[name] = model.full_sort_predict(interaction)
-    assert torch.equal(scores["SASRecCAPE"], scores["SeqTransformer"])
-    assert torch.equal(scores["SASRecCoPE"], scores["SeqTransformer"])
+    # Equal up to rounding: the plain model's last block computes only the read queries, while
+    # CAPE's and CoPE's logit biases keep theirs whole (``prune_unread_states``).
+    assert torch.allclose(scores["SASRecCAPE"], scores["SeqTransformer"], rtol=0, atol=1e-6)
+    assert torch.allclose(scores["SASRecCoPE"], scores["SeqTransformer"], rtol=0, atol=1e-6)
 
 
 def test_sasrec_cape_trains_one_epoch(in_tmp):

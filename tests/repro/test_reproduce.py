@@ -229,6 +229,9 @@ def test_a_key_added_later_keeps_cached_cells_at_its_former_value():
     assert cache_key(Resolved(pack_tokens=False), "cpu", memo) == before
     assert cache_key(Resolved(pack_tokens=True), "cpu", memo) != before
     assert cache_key(Resolved(seed=2021), "cpu", memo) != before
+    # a speed-only switch (same outputs and random stream) never changes a key, whatever its value
+    assert cache_key(Resolved(prune_unread_states=True), "cpu", memo) == before
+    assert cache_key(Resolved(prune_unread_states=False), "cpu", memo) == before
 
 
 def test_records_rebuilt_from_a_table_csv_give_the_same_table(reproduction, tmp_path, monkeypatch):
