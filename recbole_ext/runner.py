@@ -4,7 +4,7 @@ A run directory (``<output_dir>/<run_name>/``) holds:
 
 - ``config.yaml``    the resolved config (every key, defaults included) and the files it came from
 - ``history.json``   per epoch: each loss term, train/valid time, validation metrics
-- ``metrics.json``   best validation metrics and epoch, test metrics, wall time, versions, status
+- ``metrics.json``   best validation metrics and epoch, test metrics, wall time, versions, device, status
 - ``model.pth``      the best checkpoint (state dict + plain metadata; ``weights_only=True``)
 - ``resume.pth``     the last finished epoch's whole training state (:mod:`recbole_ext.resume`)
 - ``run.log``, ``tensorboard/``
@@ -148,6 +148,7 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
                "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if state is not None:
         metrics = _resumed_metrics(run_dir, state, config, metrics)
+    metrics["device"] = device_name(config["device"])  # this attempt's: a resume may move to another GPU
     run_dir.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(
         {**resolved.as_dict(), "_sources": [str(p) for p in resolved.files]}, sort_keys=False)
@@ -159,6 +160,12 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
         metrics.update(status="failed", error=f"{error.__class__.__name__}: {error}")
         write_json(run_dir / "metrics.json", metrics)
         raise
+
+
+def device_name(device) -> str:
+    """``metrics.json``'s ``device``: ``cpu``, or ``cuda:<GPU name>`` (results and timings depend on it)."""
+    device = torch.device(device)
+    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
 
 
 def resume_run(run_dir: str | os.PathLike, overrides: list[str] = ()) -> RunResult:

@@ -32,6 +32,7 @@ def test_run_writes_a_complete_run_directory(in_tmp):
     metrics = json.loads((result.run_dir / "metrics.json").read_text())
     assert metrics["status"] == "finished" and metrics["epochs_run"] == 2
     assert set(metrics["test"]) >= {"ndcg@10", "recall@20"} and metrics["versions"]["recbole"] == "1.2.1"
+    assert metrics["device"] == "cpu"  # the suite hides any GPU (conftest _no_gpu)
     assert metrics["valid"] == result.best_valid_result and metrics["best_epoch"] in (0, 1)
     history = json.loads((result.run_dir / "history.json").read_text())
     assert [entry["epoch"] for entry in history] == [0, 1]
