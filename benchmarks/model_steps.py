@@ -96,6 +96,33 @@ def worker(model_name: str, precision: str, args) -> dict:
             "threads": torch.get_num_threads(), "trims_padding": bool(getattr(model, "trims_padding", False))}
 
 
+def hardware(cell: dict, device: str) -> str:
+    import torch
+
+    processor = platform.processor() or platform.machine()
+    try:
+        processor = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = f"{cell['device']}, " if device == "cuda" else ""
+    return f"{gpu}{processor} ({os.cpu_count()} logical cores, {cell['threads']} torch threads), torch {torch.__version__}"
+
+
+def failed_cell(model_name: str, precision: str, stderr: str) -> dict:
+    """A worker that crashed is a row of the table, not the end of the run: on a lent GPU, RecBole's FEARec
+    under bf16 autocast stops in ``torch.fft.rfft`` ("Unsupported dtype BFloat16"), and the other
+    twenty-odd cells are still worth their device time. The row keeps the error's last line."""
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    print(f"{model_name} ({precision}) failed:\n{stderr[-3000:]}", file=sys.stderr)
+    return {"model": model_name, "precision": precision, "error": lines[-1] if lines else "no output"}
+
+
+def median_time(rounds: list[dict], key: str) -> float | None:
+    times = [r[key]["median_s_per_step"] for r in rounds if "error" not in r[key]]
+    return statistics.median(times) if times else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -137,13 +164,13 @@ def main() -> None:
                            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
                            *(["--compile"] if args.compile else [])]
                 done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-                if done.returncode:
-                    raise SystemExit(f"{model_name} ({precision}) failed:\n{done.stderr[-3000:]}")
-                results[f"{model_name}:{precision}"] = json.loads(done.stdout.strip().splitlines()[-1])
+                results[f"{model_name}:{precision}"] = (json.loads(done.stdout.strip().splitlines()[-1])
+                                                        if done.returncode == 0
+                                                        else failed_cell(model_name, precision, done.stderr))
                 time.sleep(args.settle)
             rounds.append({key: results[key] for key in (f"{m}:{p}" for m, p in cells)})
 
-    first = next(iter(rounds[0].values()))
+    first = next((cell for cell in rounds[0].values() if "error" not in cell), {"device": "?", "threads": "?"})
     print(f"device: {first['device']} ({args.device}), torch threads {first['threads']}; ml-100k, batch {args.batch}, "
           f"length {args.length}; {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up; "
           f"{time.strftime('%Y-%m-%d')}{'; compiled' if args.compile else ''}"
@@ -153,15 +180,24 @@ def main() -> None:
     summary = []
     for model_name, precision in cells:
         key = f"{model_name}:{precision}"
-        seconds = statistics.median(r[key]["median_s_per_step"] for r in rounds)
+        seconds = median_time(rounds, key)
+        if seconds is None:
+            error = rounds[-1][key]["error"]
+            summary.append({"model": model_name, "precision": precision, "median_s_per_step": None, "error": error})
+            print(f"{model_name:<15} {precision:<5} {'failed':>8} {error[:120]}")
+            continue
         ratios = {}
         for baseline in BASELINES:
             base = f"{baseline}:{precision}"
-            if base in rounds[0]:  # per-round ratio (same round = same machine state), median over rounds
-                ratios[baseline] = statistics.median(r[key]["median_s_per_step"] / r[base]["median_s_per_step"] for r in rounds)
-        peak = rounds[-1][key]["peak_memory_mb"]
+            # per-round ratio (same round = same machine state), median over the rounds where both ran
+            per_round = [r[key]["median_s_per_step"] / r[base]["median_s_per_step"] for r in rounds
+                         if base in r and "error" not in r[key] and "error" not in r[base]]
+            if per_round:
+                ratios[baseline] = statistics.median(per_round)
+        last = next(r[key] for r in reversed(rounds) if "error" not in r[key])
+        peak = last["peak_memory_mb"]
         summary.append({"model": model_name, "precision": precision, "median_s_per_step": seconds,
-                        "time_over": ratios, "peak_memory_mb": peak, "trims_padding": rounds[-1][key]["trims_padding"]})
+                        "time_over": ratios, "peak_memory_mb": peak, "trims_padding": last["trims_padding"]})
         print(f"{model_name:<15} {precision:<5} {seconds:>8.3f} "
               + " ".join(f"{(f'{ratios[b]:.2f}x' if b in ratios else '-'):>17}" for b in BASELINES)
               + f" {('-' if peak is None else f'{peak:.0f}'):>8}")
@@ -169,6 +205,7 @@ def main() -> None:
     target = args.json or (None if args.quick else ROOT / "benchmarks" / "results" / f"model_steps_{args.device}.json")
     if target:
         Path(target).write_text(json.dumps({"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
+                                            "hardware": hardware(first, args.device),
                                             "summary": summary, "rounds": rounds}, indent=2))
 
 

@@ -1,0 +1,25 @@
+"""model_steps.py end to end in quick mode: a model whose worker fails becomes a row with its error,
+and the rows that ran keep their times and ratios (a lent GPU's minutes are not lost to one crash)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "model_steps.py"
+
+
+def test_a_failing_worker_is_a_row_not_the_end_of_the_run(tmp_path):
+    target = tmp_path / "steps.json"
+    done = subprocess.run([sys.executable, str(BENCHMARK), "--quick", "--models", "SeqTransformer,SASRec,NoSuchModel",
+                           "--precision", "fp32", "--json", str(target)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(target.read_text())
+    rows = {row["model"]: row for row in results["summary"]}
+    assert rows["SeqTransformer"]["median_s_per_step"] > 0
+    assert rows["SASRec"]["time_over"]["SASRec"] == 1.0 and rows["SASRec"]["time_over"]["SeqTransformer"] > 0
+    assert rows["NoSuchModel"]["median_s_per_step"] is None
+    assert "unknown model 'NoSuchModel'" in rows["NoSuchModel"]["error"]
+    assert "torch" in results["hardware"]
+    assert "NoSuchModel" in done.stdout and "failed" in done.stdout
