@@ -118,7 +118,7 @@ def command_list(args) -> int:
 def command_reproduce(args) -> int:
     from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
     from recbole_ext.repro.plan import QUICK_LABEL, device_label, hardware_label, plan_table
-    from recbole_ext.repro.records import records_dir
+    from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect
     from recbole_ext.repro.tables import load_table
@@ -133,15 +133,15 @@ def command_reproduce(args) -> int:
     table = load_table(args.table)
     out = Path(args.out)
     device = device_label()
+    records = records_dir(Path(args.out))
     cells = plan_table(table, cache_dir(args), args.datasets, args.models, args.seeds, args.budget,
-                       _use_data(args.use_data), device)
+                       _use_data(args.use_data), device, other_devices=recorded_devices(records))
     if args.budget == "quick":
         print(f"note: {QUICK_LABEL}")
     print(f"{table.name}: {len(cells)} cells: {_state_counts(cells)}")
     print_skips(cells)
     if args.dry_run:
         return 0
-    records = records_dir(out)
     if args.report_only:
         todo, cached = pending_runs(cells, records)
         progress = Progress(total=len(todo) + cached, cached=cached)

@@ -7,7 +7,8 @@ a killed or failed run: it continues from its last finished epoch (``resume.pth`
 :mod:`recbole_ext.resume`), or starts again when it has none (killed in its first epoch) or
 trained under another config. So rerunning a table runs only missing cells, and a killed
 reproduction resumes where it stopped, within the epoch. A run with a record
-(:mod:`recbole_ext.repro.records`) counts as finished too, its run directory gone or not.
+(:mod:`recbole_ext.repro.records`) counts as finished too, its run directory gone or not, and so does
+one recorded on another device (``RunSpec.keys_elsewhere``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Callable
 
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import Cell, RunSpec
-from recbole_ext.repro.records import MEASURE_FILE, read_record, record_of_run, write_record
+from recbole_ext.repro.records import MEASURE_FILE, find_record, record_of_run, write_record
 
 
 def run_dir_of(spec: RunSpec) -> Path:
@@ -86,7 +87,7 @@ def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
     cached = set()
     for cell in cells:
         for spec in cell.runs:
-            if is_finished(run_dir_of(spec)) or read_record(records, spec.key) is not None:
+            if is_finished(run_dir_of(spec)) or find_record(records, spec) is not None:
                 cached.add(spec.key)
             else:
                 todo.setdefault(spec.key, spec)

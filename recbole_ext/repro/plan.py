@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from recbole_ext.config.schema import SPEED_ONLY_KEYS, without_later_keys_at_former_values
 from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError
@@ -44,6 +44,12 @@ class RunSpec:
     config_file: str | None
     values: dict[str, Any]
     seed: int
+    # device label -> this run's key there: a run recorded on another device (a lent GPU) is the same
+    # experiment, so its record stands in for this device's (``records.find_record``)
+    keys_elsewhere: dict[str, str] = field(default_factory=dict)
+
+    def keys(self) -> list[str]:
+        return [self.key, *self.keys_elsewhere.values()]
 
 
 @dataclass
@@ -164,7 +170,8 @@ def _data_problem(resolved, memo: dict) -> str:
 
 
 def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: str, runs_dir: Path,
-              device: str, use_data: dict[str, str] | None = None, memo: dict | None = None) -> Cell:
+              device: str, use_data: dict[str, str] | None = None, memo: dict | None = None,
+              other_devices: Iterable[str] = ()) -> Cell:
     """Resolve every run of one cell; never raises for a cell that cannot run (its state says why)."""
     from recbole_ext.config import resolve
     from recbole_ext.config.loader import find_config_file, load_config_chain
@@ -227,14 +234,19 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         values.update(output_dir=str(Path(runs_dir).resolve()), run_name=key)
         if resolved.values.get("data_path"):
             values["data_path"] = os.path.abspath(resolved.values["data_path"])
-        runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed))
+        elsewhere = {other: cache_key(resolved, other, memo) for other in other_devices if other != device}
+        runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed, elsewhere))
     return Cell(row, column, "runnable", runs=runs, data_label=data_label)
 
 
 def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, models: list[str] | None = None,
                seeds: int = 1, budget: str = "paper", use_data: dict[str, str] | None = None,
-               device: str | None = None, memo: dict | None = None) -> list[Cell]:
-    """Every cell of the selected rows × columns; ``memo`` shares data checks between plans."""
+               device: str | None = None, memo: dict | None = None, other_devices: Iterable[str] = ()) -> list[Cell]:
+    """Every cell of the selected rows × columns; ``memo`` shares data checks between plans.
+
+    ``other_devices``: devices whose records may stand in for this device's runs (those recorded in
+    the records directory, ``records.recorded_devices``). Not for efficiency tables: their timings
+    are the device's."""
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     labels = [c.label for c in table.columns]
@@ -247,7 +259,8 @@ def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, 
     seed_list = [first_seed + i for i in range(seeds)]
     device = device or device_label()
     memo = {} if memo is None else memo
-    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo)
+    other_devices = () if table.kind == "efficiency" else tuple(other_devices)
+    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo, other_devices)
             for column in columns for row in rows if _row_in_column(row, column)]
 
 

@@ -9,6 +9,12 @@ versions) and where it came from. Records are committed with ``docs/results/`` a
 finished runs: ``reproduce`` trains a run only when neither a finished run directory nor a record
 has its key (the config hash, data files included: ``plan.cache_key``). A run directory that is
 present stays the source: its record is rewritten from it (a run trained further updates it).
+
+The key hashes the device too (``plan.device_label``), so a record also names its ``device``. A
+record trained elsewhere (cells run on a lent GPU, their records committed) stands in for the same
+config on this machine: ``recorded_devices`` lists the devices in a records directory, the plan
+computes each run's key there (``RunSpec.keys_elsewhere``) and ``find_record`` takes this device's
+record first. Records written before the field existed were all trained on CPU.
 """
 from __future__ import annotations
 
@@ -50,7 +56,9 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     timing = {key_: _mean_after_warmup([entry.get(field) for entry in history]) for key_, field in TIMING_KEYS.items()}
     measure = json.loads((run_dir / MEASURE_FILE).read_text())
+    device = measure.get("device", "cpu")
     return {"format": RECORD_FORMAT, "key": key, "source": f"run directory {_shown(run_dir)}",
+            "device": device if device == "cpu" else f"cuda:{device}",
             "recorded": time.strftime("%Y-%m-%d %H:%M"), "test": metrics.get("test") or {},
             "timing": {k: v for k, v in timing.items() if v is not None},
             "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
@@ -93,6 +101,28 @@ def read_record(records: Path, key: str) -> dict[str, Any] | None:
         raise DataFormatError(f"{path}: not a run record of format {RECORD_FORMAT} for key {key} "
                               "(delete it to train the run again)")
     return record
+
+
+def record_device(record: dict[str, Any]) -> str:
+    return record.get("device", "cpu")
+
+
+def recorded_devices(records: Path) -> set[str]:
+    """The device labels of the records in ``records`` (unreadable files are left to ``read_record``)."""
+    devices = set()
+    for path in sorted(records.glob("*.json")) if records.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            devices.add(record_device(record))
+    return devices
+
+
+def find_record(records: Path, spec) -> dict[str, Any] | None:
+    """The record of a run (a ``plan.RunSpec``): this device's first, else one trained elsewhere."""
+    return next((record for record in (read_record(records, key) for key in spec.keys()) if record), None)
 
 
 def record_values(record: dict[str, Any], scale: float) -> dict[str, float]:

@@ -104,7 +104,7 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
         out.write("| row | metric | published | ours (mean ± std) | Δ abs | Δ rel | vs | paper gain | our gain | "
                   "direction holds | status |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for line in column_lines:
-            status = line.status if line.status == "done" else f"{line.status}"
+            status = f"{line.status} ({line.reason})" if line.status in ("done", "partial") and line.reason else line.status
             out.write(f"| {line.row_label} | {line.metric.label} | {_num(line.published, digits)} | {_ours(line, digits)} "
                       f"| {_num(line.abs_diff, digits)} | {_pct(line.rel_diff)} | {line.compare_to or ''} "
                       f"| {_pct(line.published_gain)} | {_pct(line.ours_gain)} | {_holds(line)} | {status} |\n")

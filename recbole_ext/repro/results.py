@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
-from recbole_ext.repro.records import read_record, record_values
+from recbole_ext.repro.records import find_record, record_device, record_values
 from recbole_ext.repro.tables import Metric, Table
 
 
@@ -97,11 +97,16 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             status = "done" if stats is not None else "error"
             per_run = [stats] if stats is not None else []
         elif cell.state == "runnable":
-            finished = [record for record in (read_record(records, spec.key) for spec in cell.runs) if record]
+            found = [(spec, find_record(records, spec)) for spec in cell.runs]
+            finished = [record for _, record in found if record]
             per_run = [record_values(record, table.scale) for record in finished]
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
+            elsewhere = sorted({record_device(record) for spec, record in found
+                                if record and record["key"] != spec.key})
+            if elsewhere:  # the table's hardware line names this machine: say where these ran
+                reason = f"trained on {', '.join(elsewhere)}"
         for index, metric in enumerate(table.metrics):
             published = cell.row.published.get(cell.column.label, (None,) * len(table.metrics))[index]
             ours = [values[metric.key] for values in per_run if metric.key in values]

@@ -259,3 +259,37 @@ def test_records_rebuilt_from_a_table_csv_give_the_same_table(reproduction, tmp_
     argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
     assert main(argv + ["--report-only"]) == 0
     assert table_lines(clone) == table_lines(reproduction["out"])
+
+
+def test_records_trained_on_another_device_stand_in_and_say_where(reproduction, tmp_path, monkeypatch):
+    """Cells finished on a lent GPU and committed as records: a CPU clone reports them, names the GPU
+    beside each, and trains none of them again (the key hashes the device, so they are found under
+    the key the plan computes for that device)."""
+    from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.tables import load_table
+
+    out, clone, gpu = reproduction["out"], tmp_path / "clone", "cuda:Lent GPU"
+    table = load_table(reproduction["argv"][1])
+    plan = dict(models=["base", "sinusoidal", "future"], budget="quick")
+    here = plan_table(table, out / "runs", device="cpu", **plan)
+    there = plan_table(table, out / "runs", device=gpu, **plan)
+    (clone / "records").mkdir(parents=True)
+    for cell_here, cell_there in zip(here, there):
+        for spec_here, spec_there in zip(cell_here.runs, cell_there.runs):
+            assert spec_there.key != spec_here.key
+            record = json.loads((out / "records" / f"{spec_here.key}.json").read_text())
+            record.update(key=spec_there.key, device=gpu)
+            (clone / "records" / f"{spec_there.key}.json").write_text(json.dumps(record))
+    # the plan of this machine finds them under their key on the GPU
+    replanned = plan_table(table, out / "runs", device="cpu", other_devices=["cpu", gpu], **plan)
+    assert [spec.keys_elsewhere for cell in replanned for spec in cell.runs] == \
+        [{gpu: spec.key} for cell in there for spec in cell.runs]
+    argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    assert main(argv) == 0  # execute_run raised if a GPU-recorded run were trained again here
+    assert table_lines(clone) == table_lines(out)
+    markdown = (clone / "tiny_table.quick.md").read_text()
+    assert f"| done (trained on {gpu}) |" in markdown
+    with open(clone / "tiny_table.quick.csv") as handle:
+        done = [line for line in csv.DictReader(handle) if line["status"] == "done" and line["dataset"] == "Tiny"]
+    assert done and all(line["reason"] == f"trained on {gpu}" for line in done)
