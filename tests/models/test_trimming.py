@@ -116,7 +116,12 @@ def test_trimmed_batches_give_the_same_outputs_where_declared_exact(loaders, set
     assert int(test_batch[length_field].max()) + model.backbone.trailing_slots < test_batch[model.ITEM_SEQ].size(1)
 
     untrimmed = outputs(model, train_batch, test_batch, trim=False)
-    trimmed = outputs(model, train_batch, test_batch, trim=True)
+    try:
+        trimmed = outputs(model, train_batch, test_batch, trim=True)
+    except ValueError as error:  # weights per position of the full window (FMLP-Rec's filter) refuse a shorter one
+        assert not declared_exact(model), error
+        assert "MAX_ITEM_LIST_LENGTH" in str(error)
+        trimmed = [torch.full_like(output, float("nan")) for output in untrimmed]
     # Hutchinson's η is drawn over [B, L, D]: its estimate is equal in distribution, not per draw.
     sampled_terms = {1 + i for i, spec in enumerate(model.aux_specs) if spec.part.name == "jacobian_penalty"}
 
