@@ -133,7 +133,7 @@ def command_reproduce(args) -> int:
     table = load_table(args.table)
     out = Path(args.out)
     device = device_label()
-    records = records_dir(Path(args.out))
+    records = records_dir(out)
     cells = plan_table(table, cache_dir(args), args.datasets, args.models, args.seeds, args.budget,
                        _use_data(args.use_data), device, other_devices=recorded_devices(records))
     if args.budget == "quick":
