@@ -31,6 +31,7 @@ from recbole_ext.compat import SafeConfig, atomic_write_bytes, config_from_check
 from recbole_ext.config import ResolvedConfig, resolve
 from recbole_ext.config.schema import KEYS_ADDED_LATER
 from recbole_ext.data import require_atomic_files
+from recbole_ext.devices import device_label
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.trimming import sort_evaluation_by_length
 from recbole_ext.resume import ResumeError, config_fingerprint, load_resume_state, restore_trainer, training_is_over
@@ -148,7 +149,7 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
                "versions": versions(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     if state is not None:
         metrics = _resumed_metrics(run_dir, state, config, metrics)
-    metrics["device"] = device_name(config["device"])  # this attempt's: a resume may move to another GPU
+    metrics["device"] = device_label(config["device"])  # this attempt's: a resume may move to another GPU
     run_dir.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(
         {**resolved.as_dict(), "_sources": [str(p) for p in resolved.files]}, sort_keys=False)
@@ -160,12 +161,6 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
         metrics.update(status="failed", error=f"{error.__class__.__name__}: {error}")
         write_json(run_dir / "metrics.json", metrics)
         raise
-
-
-def device_name(device) -> str:
-    """``metrics.json``'s ``device``: ``cpu``, or ``cuda:<GPU name>`` (results and timings depend on it)."""
-    device = torch.device(device)
-    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
 
 
 def resume_run(run_dir: str | os.PathLike, overrides: list[str] = ()) -> RunResult:

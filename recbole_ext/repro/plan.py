@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from recbole_ext.config.schema import SPEED_ONLY_KEYS, without_later_keys_at_former_values
+from recbole_ext.devices import device_label
 from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError
 from recbole_ext.repro.tables import Column, Row, Table
 
@@ -80,15 +81,6 @@ def budget_values(table: Table, budget: str, file_values: dict[str, Any]) -> dic
     if table.kind == "efficiency":
         values.update(EFFICIENCY if budget == "paper" else {**EFFICIENCY, "epochs": 2})
     return values
-
-
-def device_label() -> str:
-    """Part of the cache key: results (and every timing) depend on the device."""
-    import torch
-
-    if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", None) != "":
-        return f"cuda:{torch.cuda.get_device_name(0)}"
-    return "cpu"
 
 
 def hardware_label() -> str:

@@ -10,7 +10,7 @@ finished runs: ``reproduce`` trains a run only when neither a finished run direc
 has its key (the config hash, data files included: ``plan.cache_key``). A run directory that is
 present stays the source: its record is rewritten from it (a run trained further updates it).
 
-The key hashes the device too (``plan.device_label``), so a record also names its ``device``. A
+The key hashes the device too (``devices.device_label``), so a record also names its ``device``. A
 record trained elsewhere (cells run on a lent GPU, their records committed) stands in for the same
 config on this machine: ``recorded_devices`` lists the devices in a records directory, the plan
 computes each run's key there (``RunSpec.keys_elsewhere``) and ``find_record`` takes this device's
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recbole_ext.devices import as_device_label
 from recbole_ext.errors import DataFormatError
 
 RECORDS_DIR = "records"
@@ -56,9 +57,8 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     timing = {key_: _mean_after_warmup([entry.get(field) for entry in history]) for key_, field in TIMING_KEYS.items()}
     measure = json.loads((run_dir / MEASURE_FILE).read_text())
-    device = measure.get("device", "cpu")
     return {"format": RECORD_FORMAT, "key": key, "source": f"run directory {_shown(run_dir)}",
-            "device": device if device == "cpu" else f"cuda:{device}",
+            "device": as_device_label(measure.get("device", "cpu")),
             "recorded": time.strftime("%Y-%m-%d %H:%M"), "test": metrics.get("test") or {},
             "timing": {k: v for k, v in timing.items() if v is not None},
             "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}

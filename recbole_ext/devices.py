@@ -1,0 +1,30 @@
+"""The one spelling of the device a run used: ``cpu``, or ``cuda:<GPU name>``.
+
+Metrics, timings and even float results depend on the device, so three places name it and must
+agree: a run's ``metrics.json`` (``runner``), the reproduction cache key (``repro.plan``) and the
+records written from finished runs (``repro.records``). The GPU's model name rather than its index
+is what makes a record trained on one lent H100 comparable with one from the next.
+"""
+from __future__ import annotations
+
+import os
+
+
+def device_label(device=None) -> str:
+    """The label of ``device`` (a ``torch.device`` or its string); by default, the device a run here
+    would use: the first visible GPU, else the CPU."""
+    import torch  # lazily: repro planning imports this module without needing torch yet
+
+    if device is None:
+        # an empty CUDA_VISIBLE_DEVICES hides every GPU; asking torch would still initialise CUDA
+        if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not torch.cuda.is_available():
+            return "cpu"
+        device = "cuda:0"
+    device = torch.device(device)
+    return f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else device.type
+
+
+def as_device_label(recorded: str) -> str:
+    """A device as a run directory's ``measure.json`` recorded it, as a label: files written before
+    the labels were shared hold the bare GPU name."""
+    return recorded if recorded == "cpu" or recorded.startswith("cuda:") else f"cuda:{recorded}"
