@@ -116,6 +116,8 @@ def _value(values, key: str):
 class FeatureBackbone(CausalNextItem):
     """Shared by SASRecF and FDSA: the flat RecBole keys and the item-feature embedding."""
 
+    takes_augmented_sequences = False  # item features are looked up per id: a [MASK] id has none
+
     def __init__(self, options, model, config):
         super().__init__(options, model, config)
         self.selected_features = list(self.setting(config, "selected_features"))

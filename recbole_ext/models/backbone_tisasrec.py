@@ -56,6 +56,8 @@ class TimeIntervalNextItem(CausalNextItem):
     """Causal next-item prediction whose attention sees personalised time intervals (use it with
     ``attention: time_interval``, or ``denoiser`` over it)."""
 
+    takes_augmented_sequences = False  # the timestamps would not follow a crop or a reorder
+
     @dataclass(frozen=True)
     class Options:
         missing_timestamps: Literal["error", "positions"] = "error"

@@ -46,6 +46,9 @@ class Backbone(nn.Module):
     exact_under_trailing_trim = False
     trailing_slots = 0
     required_recbole_config: dict = {}
+    # Whether ``user_representation`` reads nothing per position but the item ids, through
+    # ``model.item_embedding``: then cropped, masked or reordered sequences (CL4SRec) are valid input.
+    takes_augmented_sequences = True
     flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
 
     def __init__(self, options, model: nn.Module, config):
@@ -108,8 +111,9 @@ class CausalNextItem(Backbone):
             pairwise = bpr_loss if model.loss_type == "BPR" else bce_loss
             return pairwise(self.score_items(model, representation, positive),
                             self.score_items(model, representation, negative)), output
-        # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target).
-        return F.cross_entropy(representation @ model.item_embedding.weight.T, positive), output
+        # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target), and
+        # leave out a [MASK] row (CL4SRec's), which is no item.
+        return F.cross_entropy(representation @ model.item_embedding.weight[: model.n_items].T, positive), output
 
     def user_representation(self, model, interaction):
         return self.encode_last(model, interaction)[0]

@@ -100,13 +100,16 @@ class SeqTransformer(SequentialRecommender):
             raise ValueError(f"{name}: {problem}")
 
         self.backbone = BACKBONE.build(parse_part_spec(BACKBONE, config["backbone"], "backbone"), self, config)
-        self.item_embedding = nn.Embedding(self.n_items + self.backbone.extra_tokens, self.dims.hidden_size, padding_idx=0)
+        self.aux_specs = parse_aux_losses(config["aux_losses"], "aux_losses")
+        # One [MASK] row (n_items) serves every part that asks for it: they all mean "an item hidden here".
+        extra_tokens = max([self.backbone.extra_tokens,
+                            *(AUX_LOSS.get(spec.part.name).extra_tokens(spec.part.options) for spec in self.aux_specs)])
+        self.item_embedding = nn.Embedding(self.n_items + extra_tokens, self.dims.hidden_size, padding_idx=0)
         self.position = POSITION.build(parse_part_spec(POSITION, config["position"], "position"), self.dims)
         self.input_norm = nn.LayerNorm(self.dims.hidden_size, eps=self.dims.layer_norm_eps)
         self.input_dropout = Dropout(self.dims.hidden_dropout_prob, self.dims.dropout_impl)
         self.encoder = TransformerEncoder(self.dims, parse_part_spec(ATTENTION, config["attention"], "attention"))
 
-        self.aux_specs = parse_aux_losses(config["aux_losses"], "aux_losses")
         self.aux_losses = nn.ModuleList(AUX_LOSS.build(spec.part, self) for spec in self.aux_specs)
         self.loss_names = ("main", *(spec.name for spec in self.aux_specs)) if self.aux_specs else ()
         self.wants = frozenset().union(*(loss.wants for loss in self.aux_losses))

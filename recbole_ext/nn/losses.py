@@ -47,6 +47,12 @@ class AuxLoss(nn.Module):
     # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
     # dataset, for losses that precompute from it (e.g. same-target positives).
 
+    @classmethod
+    def extra_tokens(cls, options) -> int:
+        """Item-embedding rows the loss needs beyond RecBole's ``n_items``, read before the model
+        builds its embedding: 1 for a [MASK] token, which is row ``n_items``."""
+        return 0
+
     def __init__(self, options, model: nn.Module):
         super().__init__()
         self.options = options

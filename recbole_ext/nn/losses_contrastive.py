@@ -12,6 +12,9 @@ Views of one training batch (FEARec Eq. 23–26, DuoRec §3.3), each [B, D]:
 A pair names two of them: ``dropout_positive`` is RecBole/DuoRec's ``contrast: us_x`` (the
 paper's), ``main_dropout`` is ``un``, ``main_positive`` is ``su``. Both losses below read the
 same views, so a batch pays for each pass once whichever losses are on.
+
+CL4SRec's views are data-level instead: two random augmentations (crop, mask, reorder;
+``nn/sequence_augmentation.py``) of each training sequence (``augmented_contrastive``).
 """
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recbole_ext.errors import ConfigError
 from recbole_ext.nn.context import EncoderOutput
 from recbole_ext.nn.losses import AUX_LOSS, AuxLoss
+from recbole_ext.nn.sequence_augmentation import OPERATIONS, Operation, augment
 
 Pair = Literal["dropout_positive", "main_dropout", "main_positive"]
 VIEW_RECORD = "same_target_views"  # key in the main pass's records: {view name: [B, D]}
@@ -123,3 +128,58 @@ class FrequencyRegularizer(ViewLoss):
         first, second = self.views(model, interaction, output)
         # rfft is linear: one transform of the difference.
         return torch.fft.rfft((first - second).float(), dim=-1, norm="ortho").abs().mean()
+
+
+@AUX_LOSS.register("augmented_contrastive")
+class AugmentedViewsContrastive(AuxLoss):
+    """CL4SRec's contrastive task (Xie et al., ICDE 2022): InfoNCE between two random augmentations
+    of each training sequence, each encoded like a user and read at its last real position.
+
+    The negatives are the other 2B − 2 views of the batch (NT-Xent, :func:`info_nce`). The [MASK]
+    token is item-embedding row ``n_items``, the row BERT4Rec's cloze token uses.
+    """
+
+    exact_under_trailing_trim = True  # views are drawn at the full length and encoded on their own
+    reads_every_final_state = False  # it never reads the main pass
+
+    @dataclass(frozen=True)
+    class Options:
+        operations: list[Operation] = OPERATIONS  # each view draws one per sequence, uniformly
+        crop_ratio: float = 0.2  # η: share of the items a crop keeps
+        mask_ratio: float = 0.7  # γ: share of the items masked
+        reorder_ratio: float = 0.2  # β: share of the items in the shuffled run
+        temperature: float = 1.0  # τ
+        similarity: Literal["dot", "cos"] = "dot"
+
+        def validate(self):
+            if not self.operations:
+                return "operations must name at least one of crop, mask, reorder"
+            if len(set(self.operations)) != len(self.operations):
+                return f"operations must not repeat, got {list(self.operations)}"
+            for name in ("crop_ratio", "mask_ratio", "reorder_ratio"):
+                if not 0.0 <= getattr(self, name) <= 1.0:
+                    return f"{name} must be in [0, 1], got {getattr(self, name)}"
+            if self.temperature <= 0:
+                return f"temperature must be > 0, got {self.temperature}"
+            return None
+
+    @classmethod
+    def extra_tokens(cls, options) -> int:
+        return 1 if "mask" in options.operations else 0
+
+    def __init__(self, options, model: nn.Module):
+        super().__init__(options, model)
+        if not model.backbone.takes_augmented_sequences:
+            raise ConfigError(f"aux loss 'augmented_contrastive' cannot augment the sequences of backbone "
+                              f"{type(model.backbone).__name__}: it reads more per position than item ids "
+                              "(use backbone sasrec, bert4rec or core)")
+        self.ratios = {"crop": options.crop_ratio, "mask": options.mask_ratio, "reorder": options.reorder_ratio}
+
+    def forward(self, model, interaction, output: EncoderOutput) -> torch.Tensor:
+        views = []
+        for _ in range(2):
+            item_seq, lengths = augment(interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN],
+                                        self.options.operations, self.ratios, model.n_items, model.max_seq_length)
+            batch = model.trimmed({model.ITEM_SEQ: item_seq, model.ITEM_SEQ_LEN: lengths})
+            views.append(model.backbone.user_representation(model, batch))
+        return info_nce(*views, self.options.temperature, self.options.similarity)

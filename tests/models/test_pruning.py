@@ -78,7 +78,7 @@ def test_pruned_last_block_gives_the_same_losses_gradients_and_scores(loaders, s
 
 
 @pytest.mark.parametrize("aux, prunes", [("jacobian_penalty", False), ("same_target_contrastive", True),
-                                         ("frequency_regularizer", True)])
+                                         ("frequency_regularizer", True), ("augmented_contrastive", True)])
 def test_losses_that_read_every_final_state_keep_the_last_block_whole(loaders, aux, prunes):
     model, _ = build(loaders, {"aux_losses": f"[{{type: {aux}, weight: 0.5}}]"})
     assert model.prunes_unread_states is prunes

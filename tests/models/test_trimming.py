@@ -37,6 +37,7 @@ AUX_CASES = {
     "same_target_contrastive": {},
     "frequency_regularizer": {},
     "jacobian_penalty": {},
+    "augmented_contrastive": {},
 }
 CASES = (
     [pytest.param({"attention": name, **({"backbone": "{type: tisasrec, missing_timestamps: positions}"}
