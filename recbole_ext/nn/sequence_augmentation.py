@@ -71,7 +71,8 @@ def augment(item_seq: torch.Tensor, lengths: torch.Tensor, operations: tuple[Ope
     """One augmented view of the batch: each sequence gets one of ``operations``, drawn uniformly."""
     batch, length = item_seq.shape
     device = item_seq.device
-    # Per-row draws first, then per-position ones at the full length (see the module docstring).
+    # Per-row draws first, then per-position ones at the full length (see the module docstring). A row
+    # goes through one operation, so the operations share the draws.
     choice = torch.randint(len(operations), (batch,), device=device)
     uniform = torch.rand(batch, device=device, dtype=torch.float64)
     scores = torch.rand(batch, full_length, device=device, dtype=torch.float64)[:, :length]
