@@ -186,7 +186,7 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
             return Cell(row, column, "missing-data", f"{error} (recbole-ext data convert --preset {column.preset} ...)")
         return Cell(row, column, "statistics", data_path=data_path)
     if row.pending:
-        return Cell(row, column, "pending", f"model not available yet: {row.pending}", data_label=data_label)
+        return Cell(row, column, "pending", row.pending, data_label=data_label)
     if not config_name:
         return Cell(row, column, "missing-data", column.missing, data_label=data_label)
     try:
