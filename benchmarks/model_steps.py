@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DEFAULT_MODELS = ("SASRec", "FEARec", "SeqTransformer", "EulerFormer", "FEARecExt", "DuoRecExt", "LinRec", "Denoiser",
-                  "TiSASRec", "SASRecCAPE", "SASRecCoPE")
+                  "TiSASRec", "SASRecCAPE", "SASRecCoPE", "FMLPRec", "CL4SRec")
 SIZES = {"n_layers": 2, "n_heads": 2, "hidden_size": 64, "inner_size": 256, "hidden_dropout_prob": 0.5,
          "attn_dropout_prob": 0.5}
 BASELINES = ("SeqTransformer", "SASRec", "FEARec")
