@@ -1,5 +1,6 @@
-"""Every shipped config resolves, and every `recbole-ext run|tune` command the docs, the README and
-the configs' own comments show resolves as written (each documented alternative `a|b|c` apart).
+"""Every shipped config resolves, and every `recbole-ext run|tune|reproduce` command the docs, the
+README and the configs' own comments show resolves as written (each documented alternative `a|b|c`
+apart; a reproduction is planned with `--dry-run`, which trains nothing).
 
 Resolution needs no data, so this catches a renamed key, a preset or sweep that moved, or a doc
 that drifted from the code, in well under a second per command.
@@ -13,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from recbole_ext.cli import main
 from recbole_ext.config import resolve
 from recbole_ext.config.loader import find_config_file
 from recbole_ext.tune.sweep import check_sweep, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
-COMMAND = re.compile(r"recbole-ext (run|tune) +([^\n`#]*)")
+COMMAND = re.compile(r"recbole-ext (run|tune|reproduce) +([^\n`#]*)")
+VALUE_OPTIONS = {"--datasets", "--models", "--seeds", "--budget", "--use-data", "--parallel", "--address", "--out", "--cache"}
 PLACEHOLDER = re.compile(r"<|\b[A-Z_]+\.yaml|--resume")  # FILE.yaml, runs/<run>: templates
 
 
@@ -33,7 +36,7 @@ def documented_commands() -> list[tuple[str, str, str]]:
                 # What follows two spaces or an opening parenthesis is prose; a trailing \ continues
                 # the command on a line we do not follow.
                 arguments = re.split(r" {2,}|\s\(", match.group(2))[0].rstrip(" \\")
-                if "--config" in arguments and not PLACEHOLDER.search(arguments):
+                if ("--config" in arguments or match.group(1) == "reproduce") and not PLACEHOLDER.search(arguments):
                     commands.append((f"{source.relative_to(ROOT)}:{number}", match.group(1), arguments))
     return commands
 
@@ -66,12 +69,20 @@ COMMANDS = documented_commands()
 
 
 def test_the_docs_show_commands_to_check():
-    assert len(COMMANDS) > 80 and {kind for _, kind, _ in COMMANDS} == {"run", "tune"}
+    assert len(COMMANDS) > 80 and {kind for _, kind, _ in COMMANDS} == {"run", "tune", "reproduce"}
 
 
 @pytest.mark.parametrize("where, kind, arguments", COMMANDS, ids=[where for where, _, _ in COMMANDS])
-def test_documented_command_resolves(where, kind, arguments, monkeypatch):
+def test_documented_command_resolves(where, kind, arguments, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)  # bare names and configs/datasets/... paths are relative to the checkout
+    if kind == "reproduce":
+        tokens = [token for token in shlex.split(arguments) if token != "TABLE"]
+        truncated = tokens and tokens[-1] in VALUE_OPTIONS  # prose wrapped the command onto the next line
+        if (tokens and not tokens[0].startswith("-") or "--list" in tokens) and not truncated:
+            # plan only, and never near the committed results
+            tokens += ["--dry-run", "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "runs")]
+            assert main(["reproduce", *tokens]) == 0
+        return
     for config, sweep, overrides in variants(arguments):
         config_file = find_config_file(config)
         if kind == "tune":
