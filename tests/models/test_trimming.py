@@ -20,7 +20,7 @@ from recbole.utils import get_model
 from recbole_ext.data.bucketing import bucketed_index_batches
 from recbole_ext.models.backbones import BACKBONE
 from recbole_ext.models.trimming import declared_exact, trim_batch, trimmed_length
-from recbole_ext.nn import ATTENTION, POSITION
+from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION
 
 from ..conftest import tiny_recbole_config
 from .test_backbone_core import GENRES
@@ -51,6 +51,11 @@ CASES = (
     + [pytest.param({**settings, "aux_losses": f"[{{type: {name}, weight: 0.5}}]"}, id=f"aux-{name}")
        for name, settings in AUX_CASES.items()]
 )
+
+
+def test_every_auxiliary_loss_has_a_case():
+    """Attention, position and backbone cases come from their registries; a loss needs settings."""
+    assert set(AUX_CASES) == set(AUX_LOSS.names())
 
 
 @pytest.fixture(scope="module")
