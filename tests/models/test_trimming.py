@@ -55,7 +55,8 @@ CASES = (
 
 def test_every_auxiliary_loss_has_a_case():
     """Attention, position and backbone cases come from their registries; a loss needs settings."""
-    assert set(AUX_CASES) == set(AUX_LOSS.names())
+    shipped = {name for name in AUX_LOSS.names() if AUX_LOSS.get(name).__module__.startswith("recbole_ext.")}
+    assert set(AUX_CASES) == shipped  # other tests register losses of their own
 
 
 @pytest.fixture(scope="module")
