@@ -116,9 +116,9 @@ def command_list(args) -> int:
 
 
 def command_reproduce(args) -> int:
+    from recbole_ext.devices import device_label
     from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
     from recbole_ext.repro.plan import QUICK_LABEL, hardware_label, plan_table
-    from recbole_ext.devices import device_label
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect

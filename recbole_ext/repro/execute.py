@@ -65,7 +65,7 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
                 shutil.rmtree(run_dir)
     if result is None:
         result = run(resolved=resolved)
-    measure = {"device": device_label("cuda:0" if cuda else "cpu"),
+    measure = {"device": device_label(),
                # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
                "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
     text = json.dumps(measure, indent=1).encode()

@@ -45,6 +45,8 @@ def test_a_mask_row_exists_only_when_views_mask_and_is_never_scored(in_tmp, oper
     (["aux_losses=[{type: augmented_contrastive, crop_raito: 0.5}]"], "crop_raito"),
     (["aux_losses=[{type: augmented_contrastive, operations: [crop, shuffle]}]"], "operations"),
     (["aux_losses=[{type: augmented_contrastive, operations: []}]"], "operations"),
+    (["aux_losses=[{type: augmented_contrastive, operations: [crop, crop]}]"], "operations must not repeat"),
+    (["aux_losses=[{type: augmented_contrastive, temperature: 0}]"], "temperature"),
 ])
 def test_bad_options_are_one_line_errors_naming_the_option(overrides, needle):
     with pytest.raises(ConfigError, match=needle) as error:
