@@ -31,6 +31,7 @@ from recbole_ext.compat import SafeConfig, atomic_write_bytes, config_from_check
 from recbole_ext.config import ResolvedConfig, resolve
 from recbole_ext.config.schema import KEYS_ADDED_LATER
 from recbole_ext.data import require_atomic_files
+from recbole_ext.data.windows import last_window_loader
 from recbole_ext.devices import device_label
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.trimming import sort_evaluation_by_length
@@ -107,7 +108,8 @@ def init_logging(config, log_file: Path | None) -> None:
 
 def build(config):
     """RecBole's dataset and loaders, then the model, seeded as RecBole seeds them. For models that
-    trim padding, full-sort evaluation rows are ordered by length (same metrics, shorter batches)."""
+    trim padding, full-sort evaluation rows are ordered by length (same metrics, shorter batches);
+    models that train on windows get one training row per user (``data/windows.py``)."""
     from recbole.data import create_dataset, data_preparation
     from recbole.utils import init_seed
 
@@ -116,6 +118,8 @@ def build(config):
     train_data, valid_data, test_data = data_preparation(config, dataset)
     init_seed(config["seed"], config["reproducibility"])
     model = config.model_class(config, train_data._dataset).to(config["device"])
+    if getattr(model, "trains_on_windows", False):  # built from every training row, trained on one per user
+        train_data = last_window_loader(config, train_data)
     if getattr(model, "trims_padding", False):  # evaluation batches of similar lengths trim well
         sort_evaluation_by_length((valid_data, test_data), config["ITEM_LIST_LENGTH_FIELD"])
     return model, dataset, (train_data, valid_data, test_data)

@@ -1,7 +1,8 @@
 """Datasets: converters to RecBole atomic files, paper presets, and the atomic-file checks `run` uses.
 
 Submodules: ``atomic`` (the checker), ``checks`` (what ``run`` calls), ``filters``, ``presets``,
-``converters``, ``stats``, ``cli`` (``recbole-ext data ...``). Only the light ones are imported here.
+``converters``, ``stats``, ``windows`` (one training row per user), ``cli`` (``recbole-ext data ...``).
+Only the light ones are imported here.
 """
 from recbole_ext.data.checks import require_atomic_files
 

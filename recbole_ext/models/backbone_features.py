@@ -191,14 +191,16 @@ class FeatureStreamNextItem(FeatureBackbone):
         weights = torch.softmax(self.feature_pooling(feature_vectors).squeeze(-1), dim=-1)
         return torch.einsum("blf,blfd->bld", weights, feature_vectors)
 
-    def encode_last(self, model, interaction):
+    def encode_positions(self, model, interaction, positions):
         item_seq = interaction[model.ITEM_SEQ]
-        last = interaction[model.ITEM_SEQ_LEN] - 1
-        item_output = model.encode(item_seq, causal=True, reads=last)
+        item_output = model.encode(item_seq, causal=True, reads=positions)
         feature_input = self.pool_features(self.features(item_seq))
         # The feature encoder shares the item pass's context, and so its read positions.
         feature_output = model.encode_embedded(feature_input, item_output.context, encoder=self.feature_encoder)
-        joint = torch.cat([item_output.at(last), feature_output.at(last)], dim=-1)
+        if positions is None:
+            joint = torch.cat([item_output.hidden, feature_output.hidden], dim=-1)
+        else:
+            joint = torch.cat([item_output.at(positions), feature_output.at(positions)], dim=-1)
         return model.input_dropout(model.input_norm(self.output_fusion(joint))), item_output
 
 

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recbole_ext.errors import ConfigError
+from recbole_ext.models.window_targets import next_item_targets
 from recbole_ext.nn.context import EncoderOutput
 from recbole_ext.nn.registry import Registry
 
@@ -49,6 +50,9 @@ class Backbone(nn.Module):
     # Whether ``user_representation`` reads nothing per position but the item ids, through
     # ``model.item_embedding``: then cropped, masked or reordered sequences (CL4SRec) are valid input.
     takes_augmented_sequences = True
+    # Whether ``training_loss`` can train on windows, every position a next-item target
+    # (``training_samples: windows``, models/window_targets.py).
+    trains_on_windows = False
     flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
 
     def __init__(self, options, model: nn.Module, config):
@@ -90,30 +94,52 @@ class Backbone(nn.Module):
 @BACKBONE.register("sasrec")
 class CausalNextItem(Backbone):
     """SASRec (Kang & McAuley 2018): causal self-attention; the state at the last real position
-    predicts the next item. Trained, as in RecBole, on the last position of every prefix."""
+    predicts the next item. Trained, as in RecBole, on the last position of every prefix, or, with
+    ``training_samples: windows``, as SASRec's code, at every position of each user's latest window."""
 
     exact_under_trailing_trim = True
+    trains_on_windows = True
 
     def encoder_inputs(self, model, interaction) -> dict[str, torch.Tensor]:
         """Extra tensors for parts (``AttentionContext.inputs``); e.g. TiSASRec's time intervals."""
         return {}
 
+    def encode_positions(self, model, interaction, positions: torch.Tensor | None) -> tuple[torch.Tensor, EncoderOutput]:
+        """The states that predict the next item at ``positions`` ([B] → [B, D]); None: at every
+        position ([B, L, D])."""
+        output = model.encode(interaction[model.ITEM_SEQ], causal=True, reads=positions,
+                              **self.encoder_inputs(model, interaction))
+        return (output.hidden if positions is None else output.at(positions)), output
+
     def encode_last(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
-        last = interaction[model.ITEM_SEQ_LEN] - 1
-        output = model.encode(interaction[model.ITEM_SEQ], causal=True, reads=last, **self.encoder_inputs(model, interaction))
-        return output.at(last), output
+        return self.encode_positions(model, interaction, interaction[model.ITEM_SEQ_LEN] - 1)
 
     def training_loss(self, model, interaction):
-        representation, output = self.encode_last(model, interaction)
-        positive = interaction[model.POS_ITEM_ID]
+        if model.trains_on_windows:
+            states, output = self.encode_positions(model, interaction, None)
+            targets = next_item_targets(interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN],
+                                        interaction[model.POS_ITEM_ID])
+            real = targets > 0
+            states, positive = states[real], targets[real]
+            negative = None
+            if model.loss_type in ("BPR", "BCE"):
+                users = interaction[model.USER_ID][:, None].expand_as(targets)[real]
+                negative = model.window_negatives.sample(users)
+        else:
+            states, output = self.encode_last(model, interaction)
+            positive = interaction[model.POS_ITEM_ID]
+            negative = interaction[model.NEG_ITEM_ID] if model.loss_type in ("BPR", "BCE") else None
+        return self.next_item_loss(model, states, positive, negative), output
+
+    def next_item_loss(self, model, states: torch.Tensor, positive: torch.Tensor,
+                       negative: torch.Tensor | None) -> torch.Tensor:
+        """The main loss, a mean over the [N, D] ``states`` against their [N] targets."""
         if model.loss_type in ("BPR", "BCE"):
-            negative = interaction[model.NEG_ITEM_ID]
             pairwise = bpr_loss if model.loss_type == "BPR" else bce_loss
-            return pairwise(self.score_items(model, representation, positive),
-                            self.score_items(model, representation, negative)), output
+            return pairwise(self.score_items(model, states, positive), self.score_items(model, states, negative))
         # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target), and
         # leave out a [MASK] row (CL4SRec's), which is no item.
-        return F.cross_entropy(representation @ model.item_embedding.weight[: model.n_items].T, positive), output
+        return F.cross_entropy(states @ model.item_embedding.weight[: model.n_items].T, positive)
 
     def user_representation(self, model, interaction):
         return self.encode_last(model, interaction)[0]

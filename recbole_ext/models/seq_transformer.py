@@ -26,7 +26,9 @@ from torch import nn
 
 from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
+from recbole_ext.models.repeated_rows import consecutive_repeats
 from recbole_ext.models.trimming import declared_exact, trim_batch
+from recbole_ext.models.window_targets import HistoryExcludingNegatives
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
 from recbole_ext.nn.context import MainPassReplay, on_packed_rows, packed_row_index
 from recbole_ext.nn import TransformerEncoder, parse_aux_losses, parse_part_spec
@@ -69,6 +71,9 @@ class SeqTransformer(SequentialRecommender):
         "prune_unread_states": Key(bool, "run the last block's residuals, norms, dropout and feed-forward only at the "
                                          "positions the loss and scores read (same outputs and random stream; "
                                          "nn/transformer.py)"),
+        "training_samples": Key(Literal["prefixes", "windows"], "prefixes: RecBole's, one target per training "
+                                "interaction; windows: SASRec code's, one row per user whose every position is a "
+                                "target (models/window_targets.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
         # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
         # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
@@ -85,6 +90,13 @@ class SeqTransformer(SequentialRecommender):
             yield "hidden_size", f"{values['hidden_size']} is not a multiple of n_heads ({values['n_heads']})"
         backbone = parse_part_spec(BACKBONE, values["backbone"], "backbone")
         yield from BACKBONE.get(backbone.name).check_config(values)
+        if values["training_samples"] == "windows":
+            if not BACKBONE.get(backbone.name).trains_on_windows:
+                yield "training_samples", f"windows need a causal next-item backbone, not {backbone.name!r} (use prefixes)"
+            for spec in parse_aux_losses(values["aux_losses"], "aux_losses"):
+                if not AUX_LOSS.get(spec.part.name).works_on_windows:
+                    yield "training_samples", (f"aux loss {spec.part.name!r} reads one target per training row: "
+                                               f"it needs training_samples: prefixes")
 
     @staticmethod
     def derived_recbole_config(values: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +148,9 @@ class SeqTransformer(SequentialRecommender):
         self.prunes_unread_states = bool(config["prune_unread_states"]) and "layer_outputs" not in self.wants and \
             not any(loss.reads_every_final_state for loss in self.aux_losses)
         self.list_suffix = config["LIST_SUFFIX"]
+        self.trains_on_windows = config["training_samples"] == "windows"
+        if self.trains_on_windows and self.loss_type in ("BPR", "BCE"):
+            self.window_negatives = HistoryExcludingNegatives.from_training_rows(dataset, self.n_items)
 
     def _init_weights(self, module: nn.Module) -> None:
         """RecBole's init: N(0, initializer_range) weights, zero biases, unit layer norms."""
@@ -197,6 +212,13 @@ class SeqTransformer(SequentialRecommender):
             output.main_pass = MainPassReplay(main.detach(), *states)
         return (main, *(spec.weight * loss(self, interaction, output) for spec, loss in zip(self.aux_specs, self.aux_losses)))
 
+    def training_target_count(self, interaction) -> int:
+        """Targets the main loss averages over in one training batch: one per row on prefixes,
+        one per real position on windows (a summed loss is the mean times this)."""
+        if self.trains_on_windows:
+            return int(interaction[self.ITEM_SEQ_LEN].sum())
+        return len(interaction)
+
     def training_statistics(self) -> dict[str, dict[str, float]]:
         """Per-part diagnostics after a training epoch, by module name: every part with a
         ``training_statistics(causal)`` method (e.g. Rec-Denoiser's masks). The trainer logs them
@@ -206,7 +228,11 @@ class SeqTransformer(SequentialRecommender):
 
     def predict(self, interaction):
         interaction = self.trimmed(interaction)
-        representation = self.backbone.user_representation(self, interaction)
+        runs = consecutive_repeats(interaction, self.ITEM_ID)  # sampled evaluation: a row per candidate
+        if runs is None:
+            representation = self.backbone.user_representation(self, interaction)
+        else:
+            representation = self.backbone.user_representation(self, interaction[runs.first_rows])[runs.run_of_row]
         return self.backbone.score_items(self, representation, interaction[self.ITEM_ID])
 
     def full_sort_predict(self, interaction):

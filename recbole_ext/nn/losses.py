@@ -43,6 +43,10 @@ class AuxLoss(nn.Module):
     # (``prune_unread_states``). Losses that read ``output.at(...)`` of the backbone's positions, the
     # records of attention parts, or their own passes set it false.
     reads_every_final_state = True
+    # Whether the loss still means what it should when the main loss trains every position of a
+    # window (``training_samples: windows``): losses built on one target and one representation per
+    # training row (contrastive views, same-target positives) do not.
+    works_on_windows = False
 
     # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
     # dataset, for losses that precompute from it (e.g. same-target positives).

@@ -64,25 +64,27 @@ class MaskGradient(AuxLoss):
     exact_under_trailing_trim = True
     replays_main_pass = True
     reads_every_final_state = False  # only the backbone's loss, replayed
+    works_on_windows = True  # f is the backbone's loss, whatever its targets
 
     @dataclass(frozen=True)
     class Options:
         estimator: Literal["arm", "ar"] = "arm"  # ARM: one replay (Z₁; paper's main results); AR: none
         shared_dropout: bool = True  # f(Z₁) and f(Z₂) see one dropout state (lower variance)
-        # f for the estimator: the backbone's batch loss, times the batch size for "sum" (Eq. 4 sums
-        # over sequences, so β of the paper's grid is weighed against a summed loss), or as is ("mean").
+        # f for the estimator: the backbone's mean batch loss times its number of targets for "sum"
+        # (Eq. 4 sums over sequences and positions, so β of the paper's grid is weighed against a
+        # summed loss), or as is ("mean"). Targets: one per row on prefixes, every position on windows.
         loss_reduction: Literal["sum", "mean"] = "sum"
 
     def __init__(self, options, model):
         super().__init__(options, model)
         _require_masks(model, "mask_gradient")
 
-    def _scaled(self, loss: torch.Tensor, interaction) -> torch.Tensor:
-        return loss * len(interaction) if self.options.loss_reduction == "sum" else loss
+    def _scaled(self, loss: torch.Tensor, model, interaction) -> torch.Tensor:
+        return loss * model.training_target_count(interaction) if self.options.loss_reduction == "sum" else loss
 
     def _replayed_loss(self, model, interaction, parts, antithetic: bool, randomness) -> torch.Tensor:
         with randomness(), replaying_masks(parts, antithetic):
-            return self._scaled(model.backbone.training_loss(model, interaction)[0], interaction)
+            return self._scaled(model.backbone.training_loss(model, interaction)[0], model, interaction)
 
     def forward(self, model, interaction, output):
         parts = mask_parts(model)
@@ -98,7 +100,7 @@ class MaskGradient(AuxLoss):
             randomness = functools.partial(torch.random.fork_rng, devices=[device] if device.type == "cuda" else [])
         with torch.no_grad():
             if main_pass is not None:
-                second = self._scaled(main_pass.loss, interaction)
+                second = self._scaled(main_pass.loss, model, interaction)
             else:
                 second = self._replayed_loss(model, interaction, parts, False, randomness)
             if self.options.estimator == "arm":
@@ -115,6 +117,7 @@ class MaskL0(AuxLoss):
 
     exact_under_trailing_trim = True
     reads_every_final_state = False  # only the mask logits
+    works_on_windows = True
 
     @dataclass(frozen=True)
     class Options:
@@ -150,6 +153,7 @@ class JacobianPenalty(AuxLoss):
     """R_J = Σ_l ‖J⁽ˡ⁾‖_F² over the blocks of ``model.encoder`` (Eq. 12), Hutchinson-estimated."""
 
     exact_under_trailing_trim = True
+    works_on_windows = True  # reads the blocks, not the targets
 
     @dataclass(frozen=True)
     class Options:

@@ -50,6 +50,11 @@ CASES = (
                     id=f"backbone-{name}") for name in BACKBONE.names()]
     + [pytest.param({**settings, "aux_losses": f"[{{type: {name}, weight: 0.5}}]"}, id=f"aux-{name}")
        for name, settings in AUX_CASES.items()]
+    # every position a target (models/window_targets.py); BCE draws a negative per real position
+    + [pytest.param({"training_samples": "windows"}, id="windows-ce"),
+       pytest.param({"training_samples": "windows", "loss_type": "BCE", "attention": "denoiser",
+                     "aux_losses": "[{type: mask_gradient}, {type: jacobian_penalty, weight: 0.5}]"},
+                    id="windows-bce-denoiser")]
 )
 
 
