@@ -1,12 +1,15 @@
-"""Full-sort evaluation throughput (users/s): our SeqTransformer against stock RecBole SASRec.
+"""Evaluation throughput (users/s): our SeqTransformer against stock RecBole SASRec.
 
-    python benchmarks/eval_throughput.py [--datasets ml-100k,fearec-beauty] [--rounds 3] [--steps 3]
-                                         [--warmup 1] [--batch 4096] [--threads N] [--variants ...]
-                                         [--quick] [--json]
+    python benchmarks/eval_throughput.py [--datasets ml-100k,fearec-beauty] [--mode full|uni100|pop100]
+                                         [--rounds 3] [--steps 3] [--warmup 1] [--batch 4096] [--threads N]
+                                         [--variants ...] [--quick] [--json]
 
 Both models are evaluated by RecBole's own ``Trainer.evaluate`` on the test split (full sort over
 all items, leave-one-out by time, RecBole's default metrics at top 10): stock through RecBole's
-``Trainer``, ours through ``recbole_ext.trainer.trainer_class(config)``. Same config as
+``Trainer``, ours through ``recbole_ext.trainer.trainer_class(config)``. ``--mode uni100`` or
+``pop100`` ranks the target among 100 sampled negatives instead (the Rec-Denoiser and LinRec
+protocols): RecBole's loader repeats each user's row once per candidate, which ours encodes once
+(``models/repeated_rows.py``); both draw the same negatives (same seed). Same config as
 ``train_step.py`` (RecBole's SASRec defaults, length 50), same weights (stock's initial ones,
 copied into ours), eval batch ``--batch`` users. Datasets: ``ml-100k`` (ships with RecBole) and
 ``fearec-beauty`` (``dataset_atomic/``, FEARec's Beauty). Each variant runs in a fresh
@@ -84,14 +87,16 @@ def timed(function, totals: dict, name: str):
     return wrapper
 
 
-def profiled_evaluation(trainer, test_data, autocast) -> dict:
+def profiled_evaluation(trainer, test_data, autocast, sampled: bool) -> dict:
     """One more ``trainer.evaluate`` with its parts timed by wrapping the objects it calls."""
     totals: dict[str, float] = {}
     test_data.collate_fn = timed(test_data.collate_fn, totals, "collate")  # torch reads it per iterator
-    trainer.model.full_sort_predict = timed(trainer.model.full_sort_predict, totals, "forward")
-    backbone = getattr(trainer.model, "backbone", None)  # ours: the scoring matmul apart from the encoder
+    predict = "predict" if sampled else "full_sort_predict"
+    setattr(trainer.model, predict, timed(getattr(trainer.model, predict), totals, "forward"))
+    backbone = getattr(trainer.model, "backbone", None)  # ours: the scoring apart from the encoder
     if backbone is not None:
-        backbone.score_all = timed(backbone.score_all, totals, "scoring")
+        score = "score_items" if sampled else "score_all"
+        setattr(backbone, score, timed(getattr(backbone, score), totals, "scoring"))
     trainer.eval_collector.eval_batch_collect = timed(trainer.eval_collector.eval_batch_collect, totals, "collector")
     trainer.evaluator.evaluate = timed(trainer.evaluator.evaluate, totals, "metrics")
     started = time.perf_counter()
@@ -104,7 +109,7 @@ def profiled_evaluation(trainer, test_data, autocast) -> dict:
     return {**totals, "other": total - sum(totals.values()), "total": total}
 
 
-def first_batch_score_gap(variant: str, model, test_data, scratch: str) -> float | None:
+def first_batch_score_gap(variant: str, model, test_data, scratch: str, sampled: bool) -> float | None:
     """Largest |score - stock's score| over the first test batch (stock saves its scores; the
     variants share its weights, so fp32 must agree to rounding). None when stock did not run first."""
     import torch
@@ -113,7 +118,7 @@ def first_batch_score_gap(variant: str, model, test_data, scratch: str) -> float
     interaction = next(iter(test_data))[0]
     model.eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=train_step.is_bf16(variant)):
-        scores = model.full_sort_predict(interaction).float()
+        scores = (model.predict(interaction) if sampled else model.full_sort_predict(interaction)).float()
     if variant == "stock":
         torch.save(scores, reference)
         return 0.0
@@ -126,6 +131,8 @@ def worker(variant: str, args) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = {**DATASETS[args.dataset], "eval_batch_size": args.batch, "metric_decimal_place": 12}
+    sampled = args.mode != "full"
+    overrides["eval_args"] = {**overrides["eval_args"], "mode": args.mode}
     if variant == "ours-notrim":
         overrides["trim_padding"] = False
     config, (_, _, test_data), model = train_step.recbole_setup(variant, args, args.dataset, overrides, all_splits=True)
@@ -137,7 +144,7 @@ def worker(variant: str, args) -> dict:
 
         trainer_type = trainer_class(config)
     trainer = trainer_type(config, model)
-    score_gap = first_batch_score_gap(variant, model, test_data, args.scratch)
+    score_gap = first_batch_score_gap(variant, model, test_data, args.scratch, sampled)
     if getattr(model, "trims_padding", False):  # as recbole_ext.runner.build: rows by length (same metrics)
         from recbole_ext.models.trimming import sort_evaluation_by_length
 
@@ -155,7 +162,7 @@ def worker(variant: str, args) -> dict:
     return {
         "variant": variant, "dataset": args.dataset, "users": users, "median_s_per_eval": seconds,
         "users_per_s": users / seconds, "score_gap": score_gap, "metrics": {k: float(v) for k, v in result.items()},
-        "profile": profiled_evaluation(trainer, test_data, autocast), "anomaly_mode": torch.is_anomaly_enabled(),
+        "profile": profiled_evaluation(trainer, test_data, autocast, sampled), "anomaly_mode": torch.is_anomaly_enabled(),
         "threads": torch.get_num_threads(),
         "trim_padding": config["trim_padding"] if variant != "stock" and has_config_key("trim_padding") else None,
     }
@@ -165,9 +172,10 @@ def metric_gap(row: dict, reference: dict) -> float:
     return max(abs(row["metrics"][name] - reference["metrics"][name]) for name in reference["metrics"])
 
 
-def report(dataset: str, variants: list[str], rounds: list[dict]) -> None:
+def report(dataset: str, variants: list[str], rounds: list[dict], mode: str) -> None:
     first = rounds[0][variants[0]]
-    print(f"\n{dataset}: {first['users']} test users, full sort over all items")
+    ranking = "full sort over all items" if mode == "full" else f"the target among 100 sampled negatives ({mode})"
+    print(f"\n{dataset}: {first['users']} test users, {ranking}")
     print(f"{'variant':<22} {'s/eval':>8} {'users/s':>9} {'vs stock':>20} {'|metric - stock|':>17} "
           f"{'|score - stock|':>16}  anomaly")
     for variant in variants:
@@ -188,7 +196,8 @@ def report(dataset: str, variants: list[str], rounds: list[dict]) -> None:
         print(f"ours-fp32 metrics vs stock: {verdict} (largest gap {fp32_gap:.2e}, allowed {EXACT_METRIC_GAP:.0e})")
     parts = ("collate", "forward", "scoring", "collector", "metrics", "other")
     print("where one evaluation's time goes (profiled run, share of its total; last round; forward: the "
-          "model's full_sort_predict less scoring, ours' user-by-item matmul, which stock's forward includes)")
+          "model's full_sort_predict (predict when sampled) less scoring, ours' user-by-item matmul (candidate "
+          "dot products), which stock's forward includes)")
     print(f"{'variant':<22} {'total s':>8} " + " ".join(f"{part:>10}" for part in parts))
     for variant in variants:
         profile = rounds[-1][variant]["profile"]
@@ -204,6 +213,8 @@ def main() -> None:
     train_step.add_step_arguments(parser, batch=4096)
     parser.set_defaults(steps=3, warmup=1)
     parser.add_argument("--datasets", default="ml-100k,fearec-beauty")
+    parser.add_argument("--mode", choices=["full", "uni100", "pop100"], default="full",
+                        help="full sort (default) or 100 sampled negatives")
     parser.add_argument("--dataset", help=argparse.SUPPRESS)  # the worker's one dataset
     parser.add_argument("--variants", default=None, help="default: stock,ours-fp32,ours-fp32-pack-prune,ours-bf16-pack-prune(,ours-notrim)")
     parser.add_argument("--quick", action="store_true", help="smoke mode: ml-100k, 1 round, 1 timed evaluation")
@@ -223,18 +234,19 @@ def main() -> None:
 
     results = {}
     for dataset in datasets:
-        results[dataset] = train_step.run_rounds(__file__, variants, args, ["--dataset", dataset])
+        results[dataset] = train_step.run_rounds(__file__, variants, args, ["--dataset", dataset, "--mode", args.mode])
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{results[datasets[0]][0][variants[0]]['threads']}; eval batch {args.batch}, length {args.length}; "
           f"{args.rounds} rounds of {args.steps} timed evaluations after {args.warmup} warm-up"
           f"{'; QUICK MODE (smoke only, numbers mean nothing)' if args.quick else ''}")
     for dataset in datasets:
-        report(dataset, variants, results[dataset])
+        report(dataset, variants, results[dataset], args.mode)
     if args.json:
         meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:]}
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps({"meta": meta, **results}, indent=2))
+                "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:], "mode": args.mode}
+        path = RESULTS if args.mode == "full" else RESULTS.with_name(f"eval_throughput_{args.mode}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"meta": meta, **results}, indent=2))
 
 
 if __name__ == "__main__":

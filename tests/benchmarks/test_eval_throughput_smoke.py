@@ -36,10 +36,11 @@ def test_cut_after_ends_the_epoch_after_limit_calls(benchmarks):
     assert [unlimited(i) for i in range(5)] == list(range(5))
 
 
-def test_evaluation_worker_profile_adds_up(benchmarks, in_tmp):
+@pytest.mark.parametrize("mode", ["full", "uni100"])
+def test_evaluation_worker_profile_adds_up(benchmarks, in_tmp, mode):
     eval_throughput = benchmarks("eval_throughput")
-    row = eval_throughput.worker("ours-fp32", worker_args(in_tmp, dataset="ml-100k", batch=4096))
-    assert row["users"] == 943  # ml-100k: every user is a test user under leave-one-out
+    row = eval_throughput.worker("ours-fp32", worker_args(in_tmp, dataset="ml-100k", batch=4096, mode=mode))
+    assert row["users"] == 943  # ml-100k: every user is a test user under leave-one-out (one positive each)
     assert row["score_gap"] is None  # no stock run wrote reference scores
     assert set(row["metrics"]) >= {"recall@10", "ndcg@10"}
     profile = row["profile"]
