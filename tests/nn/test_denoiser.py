@@ -101,6 +101,10 @@ class ToyModel(nn.Module):
         self.encoder = TransformerEncoder(DIMS, parse_part_spec(ATTENTION, spec, "attention"))
         self.backbone = ToyBackbone()
 
+    def training_target_count(self, batch) -> int:
+        """As ``SeqTransformer``'s on prefixes: one target per row."""
+        return len(batch)
+
 
 def toy_batch():
     return {"item_seq": torch.tensor([[3, 4, 5, 6], [7, 2, 0, 0], [1, 9, 8, 0]])}
