@@ -13,6 +13,7 @@ from recbole_ext.models.window_targets import HistoryExcludingNegatives, next_it
 from recbole_ext.runner import build, run
 
 from ..conftest import TINY_DATA, tiny_recbole_config
+from .test_backbone_core import GENRES
 
 SMALL = {"hidden_size": 16, "inner_size": 32, "hidden_dropout_prob": 0.0, "attn_dropout_prob": 0.0}
 
@@ -102,6 +103,7 @@ def test_what_cannot_train_on_windows_is_a_one_line_error_naming_the_key(overrid
     ("SeqTransformer", ["loss_type=BCE"]),
     ("Denoiser", []),
     ("DenoiserTiSASRec", []),
+    ("SeqTransformer", ["backbone=fdsa", f"load_col={GENRES}"]),  # two streams, both read at every position
 ])
 def test_models_train_and_evaluate_on_windows(in_tmp, model, overrides):
     result = run(TINY_DATA, [f"model={model}", "training_samples=windows", "epochs=2", "hidden_size=16",
