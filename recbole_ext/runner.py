@@ -119,7 +119,10 @@ def build(config):
     init_seed(config["seed"], config["reproducibility"])
     model = config.model_class(config, train_data._dataset).to(config["device"])
     if getattr(model, "trains_on_windows", False):  # built from every training row, trained on one per user
+        prefixes = len(train_data._dataset)
         train_data = last_window_loader(config, train_data)
+        LOGGER.info("training_samples: windows: %d training rows, one per user, instead of %d prefixes",
+                    len(train_data._dataset), prefixes)
     if getattr(model, "trims_padding", False):  # evaluation batches of similar lengths trim well
         sort_evaluation_by_length((valid_data, test_data), config["ITEM_LIST_LENGTH_FIELD"])
     return model, dataset, (train_data, valid_data, test_data)
