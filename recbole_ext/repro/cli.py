@@ -96,22 +96,32 @@ def command_text(args) -> str:
 
 
 def command_list(args) -> int:
+    """Every table (or every cell of one), with its state here and, for runnable cells, how many of
+    their ``--seeds`` runs are finished in the cache or recorded under ``--out``."""
+    from recbole_ext.devices import device_label
+    from recbole_ext.repro.execute import finished_runs
     from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.tables import all_tables, load_table
 
-    runs_dir = cache_dir(args)
+    runs_dir, records = cache_dir(args), records_dir(args.out)
+    devices = {"device": device_label(), "other_devices": recorded_devices(records)}
     if args.table:
         table = load_table(args.table)
-        cells = plan_table(table, runs_dir, args.datasets, args.models, 1, args.budget, _use_data(args.use_data))
+        cells = plan_table(table, runs_dir, args.datasets, args.models, args.seeds, args.budget,
+                           _use_data(args.use_data), **devices)
         print(f"{table.name}: {table.paper} {table.title} ({table.source})")
         for cell in cells:
             reason = f": {cell.reason}" if cell.reason else ""
-            print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{reason}")
+            done = f" ({finished_runs(cell, records)}/{len(cell.runs)} runs finished)" if cell.runs else ""
+            print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{done}{reason}")
         return 0
     memo: dict = {}  # each dataset's files are checked once for all tables
     for table in all_tables():
-        cells = plan_table(table, runs_dir, budget=args.budget, memo=memo)
-        print(f"{table.name:<16} {table.paper} {table.title} — {len(cells)} cells: {_state_counts(cells)}")
+        cells = plan_table(table, runs_dir, budget=args.budget, memo=memo, **devices)
+        finished = sum(finished_runs(cell, records) for cell in cells)
+        print(f"{table.name:<16} {table.paper} {table.title} — {len(cells)} cells: {_state_counts(cells)}"
+              f"{f'; {finished} runs finished' if finished else ''}")
     return 0
 
 

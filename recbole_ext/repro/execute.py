@@ -81,6 +81,15 @@ class Progress:
     failed: int = 0
 
 
+def is_cached(spec: RunSpec, records: Path) -> bool:
+    """Whether the run is finished: its run directory, or a record in ``records``."""
+    return is_finished(run_dir_of(spec)) or find_record(records, spec) is not None
+
+
+def finished_runs(cell: Cell, records: Path) -> int:
+    return sum(is_cached(spec, records) for spec in cell.runs)
+
+
 def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
     """Runs of runnable cells that are not finished yet (deduplicated), and how many are cached
     (a finished run directory or a record in ``records``)."""
@@ -88,7 +97,7 @@ def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
     cached = set()
     for cell in cells:
         for spec in cell.runs:
-            if is_finished(run_dir_of(spec)) or find_record(records, spec) is not None:
+            if is_cached(spec, records):
                 cached.add(spec.key)
             else:
                 todo.setdefault(spec.key, spec)

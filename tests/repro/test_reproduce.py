@@ -194,6 +194,16 @@ def test_list_shows_each_cell_state(capsys):
     assert "Elsewhere" in text and "missing-data: provide dataset_atomic/elsewhere/elsewhere.inter" in text
 
 
+def test_list_counts_the_finished_runs_of_each_cell(reproduction, capsys):
+    table, out = reproduction["argv"][1], str(reproduction["out"])
+    capsys.readouterr()
+    assert main(["reproduce", "--list", table, "--budget", "quick", "--out", out, "--models", "base", "sinusoidal"]) == 0
+    cells = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  Tiny ")]
+    assert cells and all("(1/1 runs finished)" in line for line in cells)  # both trained by the fixture
+    assert main(["reproduce", "--list", table, "--budget", "quick", "--out", out, "--seeds", "2"]) == 0
+    assert "(1/2 runs finished)" in capsys.readouterr().out  # a second seed is not trained yet
+
+
 def test_parallel_without_ray_is_one_clear_error(monkeypatch, capsys, tmp_path):
     import builtins
 
