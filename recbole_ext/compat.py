@@ -221,6 +221,14 @@ def unique_checkpoint_file(checkpoint_dir: str, model_name: str) -> str:
     return os.path.join(checkpoint_dir, f"{model_name}-{stamp}-{uuid.uuid4().hex[:8]}.pth")
 
 
+def saved_other_parameters(model) -> dict:
+    """``model.other_parameter()`` without the model's own submodules. RecBole's DIN and DIEN list
+    their embedding layer there, which pickles a module that weights-only loading refuses; its
+    weights are in the state dict already, and the model rebuilds the layer from the dataset."""
+    submodules = {id(module) for module in model.modules()}
+    return {name: value for name, value in model.other_parameter().items() if id(value) not in submodules}
+
+
 def _trainer_save_checkpoint(self, epoch, verbose=True, **kwargs):
     if not self.config["single_spec"] and self.config["local_rank"] != 0:
         return
@@ -232,7 +240,7 @@ def _trainer_save_checkpoint(self, epoch, verbose=True, **kwargs):
             "cur_step": self.cur_step,
             "best_valid_score": float(self.best_valid_score),
             "state_dict": self.model.state_dict(),
-            "other_parameter": self.model.other_parameter(),
+            "other_parameter": saved_other_parameters(self.model),
             "optimizer": self.optimizer.state_dict(),
             "metadata": checkpoint_metadata(self.config),
         },
@@ -410,4 +418,7 @@ def apply() -> None:
     import_recbole_models_without_anomaly()
     patch_model_lookup()
     patch_trainer_checkpoints()
+    from recbole_ext.metrics import register_metrics
+
+    register_metrics()
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import yaml
 
-from recbole_ext.compat import load_checkpoint, save_checkpoint
+from recbole_ext.compat import load_checkpoint, save_checkpoint, saved_other_parameters
 from recbole_ext.config.schema import KEYS_ADDED_LATER, SPEED_ONLY_KEYS, without_later_keys_at_former_values
 from recbole_ext.errors import CheckpointError, ConfigError
 
@@ -104,7 +104,7 @@ def save_resume_state(path: Path, trainer, train_loader, fingerprint: str, elaps
         "train_loss_dict": {int(k): float(v) for k, v in trainer.train_loss_dict.items()},
         "history": trainer.history,
         "state_dict": trainer.model.state_dict(),
-        "other_parameter": trainer.model.other_parameter(),
+        "other_parameter": saved_other_parameters(trainer.model),
         "optimizer": trainer.optimizer.state_dict(),
         "random": capture_random_state(trainer.model, train_loader),
         "config": fingerprint,

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
+from recbole_ext.metrics import USER_RESOURCE
 from recbole_ext.resume import RESUME_FILE, save_resume_state
 
 
@@ -48,9 +49,21 @@ class OnePositiveCollector(Collector):
     positive per row (sequential leave-one-out): RecBole marks positives in a dense int matrix of
     batch × items (200 MB for 4,096 users × 12k Beauty items), sums it and gathers from it; here
     the same ``rec.topk`` rows come from comparing the top-k ids with the target. Everything else,
-    and every other batch shape, is RecBole's code."""
+    and every other batch shape, is RecBole's code. It also keeps each row's user id when a metric
+    of :mod:`recbole_ext.metrics` needs it (``SampleGAUC``)."""
 
     def eval_batch_collect(self, scores_tensor, interaction, positive_u, positive_i):
+        if self.register.need(USER_RESOURCE):
+            self.data_struct.update_tensor(USER_RESOURCE, interaction[self.config["USER_ID_FIELD"]])
+        self._collect_rankings(scores_tensor, interaction, positive_u, positive_i)
+
+    def get_data_struct(self):
+        returned = super().get_data_struct()
+        if USER_RESOURCE in self.data_struct:  # per evaluation, like RecBole's own per-row resources
+            del self.data_struct[USER_RESOURCE]
+        return returned
+
+    def _collect_rankings(self, scores_tensor, interaction, positive_u, positive_i):
         rows = scores_tensor.size(0) if scores_tensor.dim() == 2 else -1
         if not (self.register.need("rec.topk") and positive_u.numel() == rows
                 and torch.equal(positive_u, torch.arange(rows, device=positive_u.device))):

@@ -37,7 +37,7 @@ def _how_to_create(dataset: str) -> str:
         return "put RecBole atomic files there or set data_path (README: 'Datasets')"
     needs = f", the input must have {'/'.join(preset.requires)}" if preset.requires else ""
     return (f"create them with: recbole-ext data convert --preset {dataset} --format {'|'.join(preset.formats)} "
-            f"--input <raw files>{needs} (see configs/{preset.config} and README 'Datasets')")
+            f"--input {preset.inputs}{needs} (see configs/{preset.config} and README 'Datasets')")
 
 
 def require_atomic_files(resolved) -> None:
@@ -47,7 +47,8 @@ def require_atomic_files(resolved) -> None:
         return
     values = resolved.values
     data_path = values.get("data_path") or "dataset/"
-    inter_files = atomic_file_paths(data_path, dataset, values.get("benchmark_filename"))
+    # dict.fromkeys: a split named twice (validation = test) is one file, checked once
+    inter_files = list(dict.fromkeys(atomic_file_paths(data_path, dataset, values.get("benchmark_filename"))))
     for path in inter_files:
         if not path.is_file():
             raise DatasetMissingError(
@@ -76,8 +77,12 @@ def _check_time_field(resolved, path: Path, header: list[str], loaded) -> None:
     """Leave-one-out by time needs the time column both in the file and in ``load_col``.
 
     Without it RecBole fails late (``[timestamp] is not exist in interaction``) or, when the
-    column is merely not loaded, never sorts at all.
+    column is merely not loaded, never sorts at all. Benchmark files need none: RecBole takes each
+    file as one split in file order and never sorts it (``order: TO`` is still required there, by
+    ``SequentialDataset.build``).
     """
+    if resolved.values.get("benchmark_filename"):
+        return
     eval_args = resolved.values.get("eval_args") or {}
     if not isinstance(eval_args, dict) or eval_args.get("order") != "TO":
         return

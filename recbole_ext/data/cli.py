@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-FORMATS = ("s3rec", "sasrec", "ml-seq", "grouplens", "atomic")  # converters.FORMATS, without importing pandas
+FORMATS = ("s3rec", "sasrec", "ml-seq", "grouplens", "atomic", "reczoo-ctr")  # converters.FORMATS, without importing pandas
 
 
 def _min_count(text: str):
@@ -43,7 +43,8 @@ def add_data_parser(commands) -> None:
     convert.add_argument("--force", action="store_true", help="replace an existing NAME/ folder")
 
     stats = sub.add_parser("stats", help="users, items, interactions, length, sparsity (and the paper's, for a preset)")
-    stats.add_argument("name", help="dataset name under --data-path, a dataset folder or an .inter file")
+    stats.add_argument("name", help="dataset name under --data-path, a dataset folder or an .inter file "
+                                    "(a dataset of benchmark files NAME.<split>.inter counts all splits)")
     stats.add_argument("--data-path", default="dataset_atomic/")
     stats.add_argument("--preset", help="compare with this preset (default: the one in NAME.meta.json)")
 
@@ -84,7 +85,7 @@ def command_check(args) -> int:
 
 def command_convert(args) -> int:
     from recbole_ext.data.converters import convert
-    from recbole_ext.data.stats import dataset_stats, stats_lines
+    from recbole_ext.data.stats import dataset_stats, locate_dataset, stats_lines
     from recbole_ext.data.presets import get_preset
     from recbole_ext.errors import DataFormatError
 
@@ -104,22 +105,22 @@ def command_convert(args) -> int:
     print(f"written: {out['users']:,} users / {out['items']:,} items / {out['interactions']:,} interactions "
           f"({meta['seconds']} s)")
     if args.preset:
-        inter = result.directory / f"{name}.inter"
-        print("\n".join(stats_lines(inter, dataset_stats(inter), get_preset(args.preset))[1:]))
+        files = locate_dataset(result.directory)
+        print("\n".join(stats_lines(files, dataset_stats(files), get_preset(args.preset))[1:]))
     return 0
 
 
 def command_stats(args) -> int:
     from recbole_ext.data.presets import get_preset
-    from recbole_ext.data.stats import dataset_stats, locate_inter, read_meta, stats_lines
+    from recbole_ext.data.stats import dataset_stats, locate_dataset, read_meta, stats_lines
 
-    inter = locate_inter(args.name, args.data_path)
-    meta = read_meta(inter)
+    files = locate_dataset(args.name, args.data_path)
+    meta = read_meta(files)
     preset_name = args.preset or meta.get("preset")
     preset = get_preset(preset_name) if preset_name else None
-    print("\n".join(stats_lines(inter, dataset_stats(inter), preset)))
+    print("\n".join(stats_lines(files, dataset_stats(files), preset)))
     if meta.get("overrides"):
-        print(f"  converted with overrides of the protocol: {meta['overrides']} (see {inter.stem}.meta.json)")
+        print(f"  converted with overrides of the protocol: {meta['overrides']} (see {files.sibling('meta.json').name})")
     return 0
 
 

@@ -22,6 +22,9 @@ class Published:
     includes_pad: bool = False     # users/items as printed by RecBole, [PAD] included
     approximate: tuple[str, ...] = ()
     source: str = ""
+    # which of our counts the paper's interaction count is: ``interactions`` (rows), or ``reviews``
+    # for a CTR set whose paper counts the reviews its rows were built from
+    interactions_are: str = "interactions"
 
     def real(self, key: str) -> int | float | None:
         """The published value in real ids (``includes_pad`` removed from users and items)."""
@@ -42,6 +45,7 @@ class Preset:
     keep_unrated_items: bool = False  # write every .item row (RecBole then counts them as items)
     protocol: str = ""             # where the filters come from, when not the statistics' source
     notes: tuple[str, ...] = field(default_factory=tuple)
+    inputs: str = "<raw files>"    # what --input takes, for the "create them with" hint
 
     @property
     def requires(self) -> tuple[str, ...]:
@@ -111,6 +115,15 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                      source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.225M')"),
            "datasets/denoiser-beauty.yaml",
            notes=("needs the raw Amazon 2014 Beauty ratings; the S3-Rec copy is already 5-core",)),
+    Preset("cape-electronics", "CAPE", ("reczoo-ctr",),
+           # specs/cape.md §3.1: reczoo AmazonElectronics_x1 is split already (train/test) and FuxiCTR's
+           # min_categr_count 1 keeps every id: nothing to filter.
+           FilterSpec(),
+           Published(192403, 63001, 1689188, interactions_are="reviews",
+                     source="CAPE §5.1 dataset description (specs/cape.md §3.1)"),
+           "datasets/cape-electronics.yaml", inputs="train.csv test.csv",
+           notes=("the paper's 1,689,188 'samples' are the Electronics 5-core reviews, not CTR rows (reczoo: "
+                  "2,608,764 train + 384,806 test); compared with the reviews the converter counts",)),
 ]}
 
 

@@ -30,6 +30,20 @@ def bce_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     return (F.softplus(-positive) + F.softplus(negative)).mean()
 
 
+def append_after_history(item_seq: torch.Tensor, lengths: torch.Tensor, tokens: torch.Tensor,
+                         max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-aligned sequences [B, L] with ``tokens`` [B] written after each last item, and their
+    positions [B]. A batch narrower than ``max_length`` gains a column when some row is full; a full
+    row of a ``max_length``-wide batch drops its oldest item to make room."""
+    if item_seq.size(1) < max_length and bool((lengths >= item_seq.size(1)).any()):
+        item_seq = F.pad(item_seq, (0, 1))
+    full = lengths >= item_seq.size(1)
+    shifted = torch.where(full[:, None], item_seq.roll(-1, dims=1), item_seq).clone()
+    position = torch.where(full, lengths - 1, lengths)
+    shifted[torch.arange(item_seq.size(0), device=item_seq.device), position] = tokens
+    return shifted, position
+
+
 class Backbone(nn.Module):
     """Constructed as ``Backbone(options, model, config)`` after the model's dims are set.
 
@@ -53,6 +67,9 @@ class Backbone(nn.Module):
     # Whether ``training_loss`` can train on windows, every position a next-item target
     # (``training_samples: windows``, models/window_targets.py).
     trains_on_windows = False
+    # Whether the representation of a row already reads the row's candidate item (CTR backbones),
+    # so rows that differ only in the candidate cannot share one encoding (models/repeated_rows.py).
+    encodes_candidate = False
     flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
 
     def __init__(self, options, model: nn.Module, config):
@@ -213,12 +230,8 @@ class Cloze(Backbone):
             padded = F.pad(item_seq, (0, 1))
             padded[batch, lengths] = mask_token
             return padded[:, 1:], lengths - 1
-        full = lengths >= item_seq.size(1)
-        shifted = torch.where(full[:, None], item_seq.roll(-1, dims=1), item_seq)
-        position = torch.where(full, lengths - 1, lengths)
-        shifted = shifted.clone()
-        shifted[batch, position] = mask_token
-        return shifted, position
+        mask_tokens = torch.full_like(lengths, mask_token)
+        return append_after_history(item_seq, lengths, mask_tokens, max_length=item_seq.size(1))
 
     def user_representation(self, model, interaction):
         item_seq, position = self.evaluation_input(model, interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN])

@@ -228,7 +228,9 @@ class SeqTransformer(SequentialRecommender):
 
     def predict(self, interaction):
         interaction = self.trimmed(interaction)
-        runs = consecutive_repeats(interaction, self.ITEM_ID)  # sampled evaluation: a row per candidate
+        # Sampled evaluation repeats a row per candidate: encode each history once, unless the
+        # backbone encodes the candidate with it.
+        runs = None if self.backbone.encodes_candidate else consecutive_repeats(interaction, self.ITEM_ID)
         if runs is None:
             representation = self.backbone.user_representation(self, interaction)
         else:

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
+from recbole.data.dataset import DIENDataset
 from recbole.model.layers import SequenceAttLayer
 from recbole.model.sequential_recommender.dien import DIEN
 from recbole.model.sequential_recommender.din import DIN
+from recbole.utils import FeatureSource, FeatureType
 from torch import nn
 
 from recbole_ext.config.schema import Key
@@ -119,9 +122,6 @@ def install_positional_attention(model, attention: SequenceAttLayer, config) -> 
                                         item_representation_size(model), model.max_seq_length,
                                         config["target_attention_softmax"])
     layer.init_position_parameters(model._init_weights)
-    # RecBole pickles ``other_parameter_name`` modules into checkpoints; the embedding layer's
-    # parameters are in the state dict already, so keep checkpoints weights-only.
-    model.other_parameter_name = []
     return layer
 
 
@@ -148,13 +148,35 @@ class DIENPos(DIEN):
         evolving.attention_layer = install_positional_attention(self, evolving.attention_layer, config)
 
 
+class BenchmarkDIENDataset(DIENDataset):
+    """RecBole's ``DIENDataset`` samples the negative history DIEN's auxiliary loss reads only while
+    it augments sequences, which it skips for benchmark files (pre-built histories, as the reczoo CTR
+    data): DIEN then fails in its first batch with ``KeyError: 'neg_item_id_list'``. This subclass
+    samples them for benchmark rows too, by DIEN's rule: per history item, a uniform item other than
+    it. Without benchmark files it is RecBole's class unchanged."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        if config["benchmark_filename"] is not None:
+            self._sample_negative_histories()
+
+    def _sample_negative_histories(self) -> None:
+        histories = self.inter_feat[self.item_id_list_field]
+        lengths = np.fromiter((len(history) for history in histories), dtype=np.int64, count=len(histories))
+        flat = np.concatenate([np.asarray(history, dtype=np.int64) for history in histories]) \
+            if len(histories) else np.zeros(0, dtype=np.int64)
+        negatives = np.asarray(self.seq_sampler.sample_neg_sequence(flat))
+        self.inter_feat[self.neg_item_list_field] = np.split(negatives, np.cumsum(lengths)[:-1])
+        self.set_field_property(self.neg_item_list_field, FeatureType.TOKEN_SEQ, FeatureSource.INTERACTION,
+                                self.field2seqlen[self.item_id_list_field])
+
+
 def _register_dien_dataset() -> None:
-    """RecBole picks ``recbole.data.dataset.<model>Dataset`` by model name; DIEN's (which adds the
-    sampled negative item sequences DIEN's auxiliary loss reads) must serve DIENPos too."""
+    """RecBole picks ``recbole.data.dataset.<model>Dataset`` by model name: DIEN and DIENPos both get
+    :class:`BenchmarkDIENDataset` (DIENPos reads what DIEN reads)."""
     import recbole.data.dataset as datasets
 
-    if not hasattr(datasets, "DIENPosDataset"):
-        datasets.DIENPosDataset = datasets.DIENDataset
+    datasets.DIENDataset = datasets.DIENPosDataset = BenchmarkDIENDataset
 
 
 _register_dien_dataset()

@@ -176,12 +176,12 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
     if table.kind == "statistics":  # counted from the preset's atomic files, nothing to train
         if not column.preset:
             return Cell(row, column, "missing-data", column.missing)
-        from recbole_ext.data.stats import locate_inter
+        from recbole_ext.data.stats import locate_dataset
         data_path = STATISTICS_DATA_PATH
         if column.config:
             data_path = load_config_chain(find_config_file(column.config)).values.get("data_path") or data_path
         try:
-            locate_inter(column.preset, data_path)
+            locate_dataset(column.preset, data_path)
         except DataFormatError as error:
             return Cell(row, column, "missing-data", f"{error} (recbole-ext data convert --preset {column.preset} ...)")
         return Cell(row, column, "statistics", data_path=data_path)

@@ -67,12 +67,12 @@ class Line:
 def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH) -> tuple[dict | None, str]:
     """Our statistics of a preset's atomic files, counted as the paper printed them; or why not."""
     from recbole_ext.data.presets import get_preset
-    from recbole_ext.data.stats import dataset_stats, locate_inter
+    from recbole_ext.data.stats import dataset_stats, locate_dataset
     from recbole_ext.errors import RecboleExtError
 
     try:
         preset = get_preset(preset_name)
-        ours = dict(dataset_stats(locate_inter(preset_name, data_path)))
+        ours = dict(dataset_stats(locate_dataset(preset_name, data_path)))
     except RecboleExtError as error:
         return None, str(error)
     if preset.keep_unrated_items and "items_with_item_file" in ours:
