@@ -101,6 +101,10 @@ class Backbone(nn.Module):
         """[B, D]: the state that scores candidate items for each user of the batch."""
         raise NotImplementedError
 
+    def window_target_count(self, model, interaction) -> int:
+        """Targets of a window batch's loss (``training_samples: windows``): every real position."""
+        return int(interaction[model.ITEM_SEQ_LEN].sum())
+
     def score_items(self, model, representation: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         return (representation * model.item_embedding(items)).sum(-1)
 
@@ -178,6 +182,7 @@ class Cloze(Backbone):
     exact_under_trailing_trim = True
     trailing_slots = 1  # the evaluation [MASK] after the last item
     required_recbole_config = {"transform": "mask_itemseq"}
+    trains_on_windows = True  # masked_window: BERT4Rec code's whole-sequence cloze
 
     @dataclass(frozen=True)
     class Options:
@@ -188,6 +193,8 @@ class Cloze(Backbone):
         if config["MASK_ITEM_SEQ"] is None:
             raise ConfigError("backbone 'bert4rec' needs `transform: mask_itemseq` in the config (recbole-ext run sets it)")
         self.mask_fields = (config["MASK_ITEM_SEQ"], config["POS_ITEMS"], config["NEG_ITEMS"], config["MASK_INDEX"])
+        self.mask_ratio = config["mask_ratio"]
+        self.targets_in_last_batch = 0
         hidden, eps = model.dims.hidden_size, model.dims.layer_norm_eps
         self.output_ffn = nn.Linear(hidden, hidden)
         self.output_ln = nn.LayerNorm(hidden, eps=eps)
@@ -198,13 +205,21 @@ class Cloze(Backbone):
 
     def training_loss(self, model, interaction):
         masked_seq_field, positive_field, negative_field, index_field = self.mask_fields
-        masked_index = interaction[index_field]  # [B, M] positions of the masks, 0-padded
-        positive = interaction[positive_field]  # [B, M] target items, 0-padded
-        output = model.encode(interaction[masked_seq_field], causal=False, reads=masked_index)
+        if model.trains_on_windows:
+            masked_seq, masked_index, positive = self.masked_window(model, interaction)
+            negative = None
+            if model.loss_type in ("BPR", "BCE"):
+                negative = model.window_negatives.sample(interaction[model.USER_ID][:, None].expand_as(positive))
+        else:  # RecBole's mask_itemseq transform masked the prefix rows
+            masked_seq = interaction[masked_seq_field]
+            masked_index = interaction[index_field]  # [B, M] positions of the masks, 0-padded
+            positive = interaction[positive_field]  # [B, M] target items, 0-padded
+            negative = interaction[negative_field] if model.loss_type in ("BPR", "BCE") else None
+        output = model.encode(masked_seq, causal=False, reads=masked_index)
         states = self.head(output.at(masked_index))  # [B, M, D]: the head runs on masked positions only
         targets = (masked_index > 0 if self.options.recbole_quirks else positive > 0).float()
+        self.targets_in_last_batch = int(targets.sum())
         if model.loss_type in ("BPR", "BCE"):
-            negative = interaction[negative_field]
             positive_score = self.score_items(model, states, positive)
             negative_score = self.score_items(model, states, negative)
             if model.loss_type == "BPR":
@@ -215,6 +230,31 @@ class Cloze(Backbone):
             logits = self.score_all(model, states)
             losses = F.cross_entropy(logits.flatten(0, 1), positive.flatten(), reduction="none").view_as(targets)
         return (losses * targets).sum() / targets.sum(), output
+
+    def window_target_count(self, model, interaction) -> int:
+        """The [MASK]s of the last training pass: the masks are drawn in the forward pass (an ARM
+        replay redraws the same ones from the same random state)."""
+        return self.targets_in_last_batch
+
+    def masked_window(self, model, interaction) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """BERT4Rec's own training (``training_samples: windows``): the user's latest window, the
+        row's target appended, with each real item replaced by [MASK] with probability
+        ``mask_ratio`` (Sun et al. 2019, §3.6; its code masks whole user sequences, not prefixes).
+        Returns the masked sequence [B, L], the masks' positions [B, M] and their items [B, M]
+        (both 0-padded, as RecBole's transform gives them for prefixes)."""
+        window, _ = append_after_history(interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN],
+                                         interaction[model.POS_ITEM_ID], model.max_seq_length)
+        # Drawn at the full [B, max length] shape whatever the batch's width: trimmed batches
+        # (models/trimming.py) then mask exactly the items untrimmed ones do.
+        draws = torch.rand(window.size(0), model.max_seq_length, device=window.device)[:, : window.size(1)]
+        masked = (window > 0) & (draws < self.mask_ratio)
+        counts = masked.sum(1)
+        # Masked positions first, in order (a stable sort of "not masked"), cut to the most per row.
+        order = torch.sort((~masked).to(torch.int8), dim=1, stable=True).indices[:, : max(int(counts.max()), 1)]
+        real = torch.arange(order.size(1), device=order.device)[None, :] < counts[:, None]
+        masked_index = torch.where(real, order, torch.zeros_like(order))
+        positive = torch.where(real, window.gather(1, order), torch.zeros_like(order))
+        return window.masked_fill(masked, model.n_items), masked_index, positive
 
     def score_items(self, model, representation, items):
         return super().score_items(model, representation, items) + self.output_bias[items]

@@ -92,7 +92,7 @@ class SeqTransformer(SequentialRecommender):
         yield from BACKBONE.get(backbone.name).check_config(values)
         if values["training_samples"] == "windows":
             if not BACKBONE.get(backbone.name).trains_on_windows:
-                yield "training_samples", f"windows need a causal next-item backbone, not {backbone.name!r} (use prefixes)"
+                yield "training_samples", f"windows need a next-item or cloze backbone, not {backbone.name!r} (use prefixes)"
             for spec in parse_aux_losses(values["aux_losses"], "aux_losses"):
                 if not AUX_LOSS.get(spec.part.name).works_on_windows:
                     yield "training_samples", (f"aux loss {spec.part.name!r} reads one target per training row: "
@@ -214,9 +214,10 @@ class SeqTransformer(SequentialRecommender):
 
     def training_target_count(self, interaction) -> int:
         """Targets the main loss averages over in one training batch: one per row on prefixes,
-        one per real position on windows (a summed loss is the mean times this)."""
+        on windows every real position (next item) or every [MASK] of the batch's last draw (cloze);
+        a summed loss is the mean times this."""
         if self.trains_on_windows:
-            return int(interaction[self.ITEM_SEQ_LEN].sum())
+            return self.backbone.window_target_count(self, interaction)
         return len(interaction)
 
     def training_statistics(self) -> dict[str, dict[str, float]]:

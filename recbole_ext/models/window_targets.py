@@ -21,6 +21,12 @@ Pairwise losses (BCE, BPR) need a negative per position: :class:`HistoryExcludin
 them uniformly from the items the user never trained on, as SASRec's ``random_neq`` does and as
 RecBole's training sampler does for its one negative per row.
 
+The cloze backbone (BERT4Rec) trains on windows too, as BERT4Rec's code does (Sun et al. 2019
+mask whole user sequences): the row's target is appended to its window and each real item is
+replaced by [MASK] with probability ``mask_ratio`` in the forward pass (``Cloze.masked_window``),
+so every masked position of the user's latest sequence is a target, instead of RecBole's masks
+over each prefix row.
+
 Prefixes stay the default: FEARec, EulerFormer, LinRec and CAPE were trained with RecBole.
 """
 from __future__ import annotations

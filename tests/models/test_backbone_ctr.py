@@ -3,6 +3,7 @@ training and evaluation, exact trimming, and its config refusals."""
 from __future__ import annotations
 
 import os
+from copy import deepcopy
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,31 @@ def test_trimmed_batches_score_like_untrimmed_ones(backbone, in_tmp):
         model.trims_padding = model.packs_tokens = False
         untrimmed = model.predict(batch)
     torch.testing.assert_close(trimmed, untrimmed, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("backbone", [SASREC_CTR, BST])
+def test_pruned_last_block_gives_the_same_loss_gradients_and_scores(backbone, in_tmp):
+    """SASRec-CTR reads one state per row (the candidate's), so the last block runs there alone;
+    BST's mean pooling reads every state and keeps the block whole. Dropout on: same random stream."""
+    _, train, test, model = loaders_and_model(backbone, ["hidden_dropout_prob=0.3", "attn_dropout_prob=0.3"])
+    train_batch, test_batch = first_batch(train), first_batch(test)  # the training loader reshuffles
+    outputs = []
+    for prune in (False, True):
+        copy = deepcopy(model)
+        copy.prunes_unread_states = prune and model.prunes_unread_states
+        copy.train()
+        torch.manual_seed(7)
+        loss = copy.calculate_loss(train_batch)
+        loss.backward()
+        copy.eval()
+        with torch.no_grad():
+            scores = copy.predict(test_batch)
+        outputs.append((loss.detach(), [p.grad for p in copy.parameters()], scores))
+    assert model.prunes_unread_states
+    torch.testing.assert_close(outputs[0][0], outputs[1][0], rtol=1e-4, atol=1e-5)
+    for first, second in zip(outputs[0][1], outputs[1][1]):
+        torch.testing.assert_close(first, second, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(outputs[0][2], outputs[1][2], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("backbone", [SASREC_CTR, BST])

@@ -39,6 +39,9 @@ AUX_CASES = {
     "jacobian_penalty": {},
     "augmented_contrastive": {},
 }
+# Backbones for labeled (CTR) data have no full ranking: tests/models/test_backbone_ctr.py checks
+# their trimming and pruning on labeled batches.
+LABELED_BACKBONES = {"ctr"}
 CASES = (
     [pytest.param({"attention": name, **({"backbone": "{type: tisasrec, missing_timestamps: positions}"}
                                          if name == "time_interval" else {})}, id=f"attention-{name}")
@@ -47,11 +50,12 @@ CASES = (
     + [pytest.param({"position": name}, id=f"position-{name}") for name in POSITION.names()]
     + [pytest.param({"position": "{type: cape, gate_mask: strict}"}, id="position-cape-strict")]
     + [pytest.param({"backbone": name, **({"sess_dropout": 0.0, "item_dropout": 0.0} if name == "core" else {})},
-                    id=f"backbone-{name}") for name in BACKBONE.names()]
+                    id=f"backbone-{name}") for name in BACKBONE.names() if name not in LABELED_BACKBONES]
     + [pytest.param({**settings, "aux_losses": f"[{{type: {name}, weight: 0.5}}]"}, id=f"aux-{name}")
        for name, settings in AUX_CASES.items()]
     # every position a target (models/window_targets.py); BCE draws a negative per real position
     + [pytest.param({"training_samples": "windows"}, id="windows-ce"),
+       pytest.param({"training_samples": "windows", "backbone": "bert4rec"}, id="windows-cloze"),
        pytest.param({"training_samples": "windows", "loss_type": "BCE", "attention": "denoiser",
                      "aux_losses": "[{type: mask_gradient}, {type: jacobian_penalty, weight: 0.5}]"},
                     id="windows-bce-denoiser")]

@@ -9,6 +9,7 @@ import torch
 
 from recbole_ext.config import resolve
 from recbole_ext.errors import ConfigError
+from recbole_ext.models.backbones import append_after_history
 from recbole_ext.models.window_targets import HistoryExcludingNegatives, next_item_targets
 from recbole_ext.runner import build, run
 
@@ -86,8 +87,7 @@ def test_a_user_with_every_item_gets_a_negative_after_the_redraw_limit():
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["backbone=bert4rec"], "windows need a causal next-item backbone, not 'bert4rec'"),
-    (["backbone=core"], "not 'core'"),
+    (["backbone=core"], "windows need a next-item or cloze backbone, not 'core'"),
     (["aux_losses=[{type: same_target_contrastive}]"], "aux loss 'same_target_contrastive' reads one target per"),
     (["training_samples=window"], "training_samples"),
 ])
@@ -104,6 +104,8 @@ def test_what_cannot_train_on_windows_is_a_one_line_error_naming_the_key(overrid
     ("Denoiser", []),
     ("DenoiserTiSASRec", []),
     ("SeqTransformer", ["backbone=fdsa", f"load_col={GENRES}"]),  # two streams, both read at every position
+    ("SeqTransformer", ["backbone=bert4rec"]),
+    ("DenoiserBERT4Rec", ["loss_type=BCE"]),
 ])
 def test_models_train_and_evaluate_on_windows(in_tmp, model, overrides):
     result = run(TINY_DATA, [f"model={model}", "training_samples=windows", "epochs=2", "hidden_size=16",
@@ -121,3 +123,30 @@ def test_the_arm_signal_sums_the_loss_over_every_window_target(in_tmp):
     assert model.training_target_count(batch) == int(batch[model.ITEM_SEQ_LEN].sum()) > len(batch)
     model.trains_on_windows = False
     assert model.training_target_count(batch) == len(batch)
+
+
+def test_cloze_windows_mask_the_window_with_its_target_appended(in_tmp):
+    """BERT4Rec's own training: the latest window plus the row's target, real items masked at
+    ``mask_ratio``; the positions and items returned are exactly the masked ones."""
+    model, _, (train_data, _, _) = build(tiny_recbole_config("SeqTransformer", **SMALL, backbone="bert4rec",
+                                                             training_samples="windows", mask_ratio=0.5))
+    batch = next(iter(train_data))
+    torch.manual_seed(0)
+    masked_seq, masked_index, positive = model.backbone.masked_window(model, batch)
+    # The target after the history (a full window drops its oldest item; tested in test_backbone_ctr).
+    window, _ = append_after_history(batch[model.ITEM_SEQ], batch[model.ITEM_SEQ_LEN], batch[model.POS_ITEM_ID],
+                                     model.max_seq_length)
+    assert (window == batch[model.POS_ITEM_ID][:, None]).any(1).all()
+    is_mask = masked_seq == model.n_items
+    assert torch.equal(torch.where(is_mask, window, masked_seq), window)  # only items were replaced
+    assert not (is_mask & (window == 0)).any()  # padding is never masked
+    for row in range(len(batch)):
+        where = is_mask[row].nonzero().squeeze(1)
+        assert masked_index[row, : len(where)].tolist() == where.tolist()
+        assert positive[row, : len(where)].tolist() == window[row, where].tolist()
+        assert (positive[row, len(where):] == 0).all()
+    share = is_mask.sum() / (window > 0).sum()
+    assert 0.4 < float(share) < 0.6
+    model.train()
+    model.backbone.training_loss(model, batch)
+    assert model.training_target_count(batch) == model.backbone.targets_in_last_batch > 0
