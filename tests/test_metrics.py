@@ -89,3 +89,14 @@ def test_evaluator_gets_user_ids_from_our_collector_once_per_evaluation(in_tmp):
 def test_ranking_and_value_metrics_still_do_not_mix(in_tmp):
     with pytest.raises(ConfigError, match="can not be used at the same time"):
         labeled_config("[SampleGAUC, Hit]", in_tmp)
+
+
+def test_one_row_per_user_gives_nan_with_a_warning(in_tmp, caplog):
+    config = labeled_config("[SampleGAUC, AUC, LogLoss]", in_tmp)
+    collector = OnePositiveCollector(config)
+    interaction = Interaction({config["USER_ID_FIELD"]: torch.arange(1, 7),
+                               config["LABEL_FIELD"]: torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])})
+    collector.eval_batch_collect(torch.rand(6), interaction, None, None)
+    with caplog.at_level("WARNING"):
+        result = Evaluator(config).evaluate(collector.get_data_struct())
+    assert np.isnan(result["samplegauc"]) and "SampleGAUC is NaN" in caplog.text

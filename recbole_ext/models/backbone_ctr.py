@@ -58,6 +58,11 @@ class CandidateInSequence(Backbone):
         pooling: Literal["target", "mean"] = "target"
         head_hidden: list[int] = (1024, 512, 256)
 
+        def validate(self):
+            if any(width <= 0 for width in self.head_hidden):
+                return f"head_hidden widths must be positive, got {list(self.head_hidden)}"
+            return None
+
     @classmethod
     def check_config(cls, values):
         def value(key):  # ``values``: the resolver's dict, or RecBole's Config (no ``get``)
@@ -73,8 +78,6 @@ class CandidateInSequence(Backbone):
 
     def __init__(self, options, model, config):
         super().__init__(options, model, config)
-        if any(width <= 0 for width in options.head_hidden):
-            raise ConfigError(f"backbone ctr: head_hidden widths must be positive, got {list(options.head_hidden)}")
         self.causal = options.causal
         self.label_field = config["LABEL_FIELD"]
         hidden = model.dims.hidden_size
@@ -100,8 +103,7 @@ class CandidateInSequence(Backbone):
 
     def training_loss(self, model, interaction):
         logits, output = self.candidate_logits(model, interaction)
-        labels = interaction[self.label_field].to(logits.dtype)
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float()), output
+        return F.binary_cross_entropy_with_logits(logits.float(), interaction[self.label_field].float()), output
 
     def user_representation(self, model, interaction):
         """The row's click logit: in this backbone a row's state already holds its candidate."""

@@ -194,7 +194,7 @@ class Cloze(Backbone):
             raise ConfigError("backbone 'bert4rec' needs `transform: mask_itemseq` in the config (recbole-ext run sets it)")
         self.mask_fields = (config["MASK_ITEM_SEQ"], config["POS_ITEMS"], config["NEG_ITEMS"], config["MASK_INDEX"])
         self.mask_ratio = config["mask_ratio"]
-        self.targets_in_last_batch = 0
+        self.targets_in_last_batch = torch.zeros(())  # a tensor: read (synchronised) only when asked
         hidden, eps = model.dims.hidden_size, model.dims.layer_norm_eps
         self.output_ffn = nn.Linear(hidden, hidden)
         self.output_ln = nn.LayerNorm(hidden, eps=eps)
@@ -218,7 +218,7 @@ class Cloze(Backbone):
         output = model.encode(masked_seq, causal=False, reads=masked_index)
         states = self.head(output.at(masked_index))  # [B, M, D]: the head runs on masked positions only
         targets = (masked_index > 0 if self.options.recbole_quirks else positive > 0).float()
-        self.targets_in_last_batch = int(targets.sum())
+        self.targets_in_last_batch = targets.detach().sum()
         if model.loss_type in ("BPR", "BCE"):
             positive_score = self.score_items(model, states, positive)
             negative_score = self.score_items(model, states, negative)
@@ -234,7 +234,7 @@ class Cloze(Backbone):
     def window_target_count(self, model, interaction) -> int:
         """The [MASK]s of the last training pass: the masks are drawn in the forward pass (an ARM
         replay redraws the same ones from the same random state)."""
-        return self.targets_in_last_batch
+        return int(self.targets_in_last_batch)
 
     def masked_window(self, model, interaction) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """BERT4Rec's own training (``training_samples: windows``): the user's latest window, the

@@ -124,6 +124,8 @@ def test_the_loss_is_bce_on_the_label_field(in_tmp):
     ("eval_args={split: {LS: valid_and_test}, order: TO, mode: full}", "eval_args"),
     ("train_neg_sample_args={distribution: uniform, sample_num: 1}", "train_neg_sample_args"),
     ("backbone={type: ctr, pooling: max}", "pooling"),
+    ("backbone={type: ctr, head_hidden: [16, 0]}", "head_hidden"),
+    ("LABEL_FIELD=~", "LABEL_FIELD"),
 ])
 def test_refuses_settings_it_cannot_use(override, key, in_tmp):
     with pytest.raises(ConfigError, match=key):

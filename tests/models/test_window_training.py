@@ -149,4 +149,4 @@ def test_cloze_windows_mask_the_window_with_its_target_appended(in_tmp):
     assert 0.4 < float(share) < 0.6
     model.train()
     model.backbone.training_loss(model, batch)
-    assert model.training_target_count(batch) == model.backbone.targets_in_last_batch > 0
+    assert model.training_target_count(batch) == int(model.backbone.targets_in_last_batch) > 0
