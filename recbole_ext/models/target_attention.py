@@ -7,6 +7,13 @@ over [t, h_j, t - h_j, t ⊙ h_j]) takes a ``position`` key:
 - ``none``: RecBole's model, bit for bit (same parameters, same random draws);
 - ``learned_absolute``: the paper's "Naïve" PE, a trained vector per position index (dim = the item
   representation) added to the attention's keys;
+- ``rope`` / ``rope_half``: rotary embedding (Su et al. 2021) before the MLP: history item j (counted
+  from the oldest, 0-based) is turned by j·g and the target by n·g, n the user's history length, i.e.
+  the target sits right after its history (the spec's inferred reading, specs/cape.md §1.6: "rotate
+  h_j, and t at position n+1"). The pooled vectors stay unrotated, as RoPE leaves values alone.
+  ``rope`` pairs dims (2t, 2t+1), as the SASRec/BST rows' ``rope``; ``rope_half`` pairs (t, t + d/2),
+  the LLaMA layout of the authors' unwired ``RotaryEmbedding``. With an MLP similarity the score is
+  not a function of j − n alone (only the t ⊙ h_j block's pair sums are); the paper leaves this open.
 - ``cape`` / ``cope``: :class:`~recbole_ext.nn.position_context.ContextualPositionBias` on the
   attention logits with the target item as the query (CAPE Eqs. 1-8; the gates use the same MLP
   logit as the attention, as the authors' code); options as for the self-attention parts
@@ -37,10 +44,13 @@ from torch import nn
 from recbole_ext.config.schema import Key
 from recbole_ext.errors import ConfigError
 from recbole_ext.nn import POSITION, PartSpec, parse_part_spec
+from recbole_ext.nn.attention_euler import rotary_frequencies, rotate_pairs
 from recbole_ext.nn.position_context import ContextualPositionBias
+from recbole_ext.nn.position_relative import HalfSplitRotaryPosition, RotaryPosition
 
 PROPERTIES = Path(__file__).parent / "properties"
-TARGET_POSITIONS = ("none", "learned_absolute", "cope", "cape")
+TARGET_POSITIONS = ("none", "learned_absolute", "rope", "rope_half", "cope", "cape")
+ROTARY_PAIRING = {"rope": RotaryPosition.pairing, "rope_half": HalfSplitRotaryPosition.pairing}
 
 
 def parse_target_position(value, where: str) -> PartSpec:
@@ -49,8 +59,9 @@ def parse_target_position(value, where: str) -> PartSpec:
     spec = parse_part_spec(POSITION, value, where)
     if spec.name not in TARGET_POSITIONS:
         raise ConfigError(f"{where}: target attention takes position {', '.join(TARGET_POSITIONS)}, not {spec.name!r}")
-    if getattr(spec.options, "keep_absolute", False):
-        raise ConfigError(f"{where}: keep_absolute is for self-attention models; target attention takes one position kind")
+    for combining in ("keep_absolute", "absolute"):
+        if getattr(spec.options, combining, False):
+            raise ConfigError(f"{where}: {combining} is for self-attention models; target attention takes one position kind")
     return spec
 
 
@@ -67,6 +78,13 @@ class PositionalSequenceAttention(nn.Module):
         self.softmax = softmax
         self.gate_mask = getattr(position.options, "gate_mask", "strict")
         self.position_embedding = nn.Embedding(max_length, query_size) if position.name == "learned_absolute" else None
+        self.rotary_pairing = ROTARY_PAIRING.get(position.name)
+        if self.rotary_pairing is not None:
+            if query_size % 2:
+                raise ConfigError(f"position: {position.name} pairs dimensions: the item representation size "
+                                  f"{query_size} must be even")
+            self.register_buffer("rotary_frequencies",
+                                 rotary_frequencies(query_size, 1, "hidden", position.options.base)[0], persistent=False)
         self.contextual = None
         if position.name in ("cape", "cope"):
             options = position.options
@@ -88,9 +106,17 @@ class PositionalSequenceAttention(nn.Module):
         length = keys.size(1)
         if self.position_embedding is not None:
             keys = keys + self.position_embedding.weight[:length]
-        valid = torch.arange(length, device=keys.device)[None, :] < keys_length[:, None]
-        expanded = queries.unsqueeze(1).expand(-1, length, -1)
-        scores = self.dense(self.att_mlp_layers(torch.cat([expanded, keys, expanded - keys, expanded * keys], dim=-1)))
+        positions = torch.arange(length, device=keys.device)
+        valid = positions[None, :] < keys_length[:, None]
+        compared_queries, compared_keys = queries, keys
+        if self.rotary_pairing is not None:  # history item j at angle j·g, the target next to its history at n·g
+            frequencies = self.rotary_frequencies
+            compared_keys = rotate_pairs(keys, positions[:, None] * frequencies, self.rotary_pairing)
+            compared_queries = rotate_pairs(queries, keys_length[:, None].to(frequencies.dtype) * frequencies,
+                                            self.rotary_pairing)
+        expanded = compared_queries.unsqueeze(1).expand(-1, length, -1)
+        scores = self.dense(self.att_mlp_layers(
+            torch.cat([expanded, compared_keys, expanded - compared_keys, expanded * compared_keys], dim=-1)))
         logits = scores.squeeze(-1) / queries.size(-1) ** 0.5  # RecBole's scaling
         if self.contextual is not None:  # CAPE Eq. 8: a_j ∝ exp(sim_item(t, h_j) + z[p_j])
             if self.gate_mask == "official":  # the authors' DIN zeroes padded scores before the gates
@@ -106,7 +132,7 @@ class PositionalSequenceAttention(nn.Module):
 
 
 TARGET_ATTENTION_KEYS = {
-    "position": Key(str | dict, "order signal in the target attention: none | learned_absolute | cope | cape",
+    "position": Key(str | dict, "order signal in the target attention: none | learned_absolute | rope | rope_half | cope | cape",
                     parse=parse_target_position),
     "target_attention_softmax": Key(bool, "normalise the target attention's scores with a masked softmax"),
 }
@@ -126,7 +152,7 @@ def install_positional_attention(model, attention: SequenceAttLayer, config) -> 
 
 
 class DINPos(DIN):
-    """DIN (Zhou et al., KDD 2018) with none / learned_absolute / cope / cape in its target attention."""
+    """DIN (Zhou et al., KDD 2018) with none / learned_absolute / rope / cope / cape in its target attention."""
 
     DEFAULT_CONFIG = PROPERTIES / "DINPos.yaml"
     CONFIG_SCHEMA = TARGET_ATTENTION_KEYS
@@ -137,7 +163,7 @@ class DINPos(DIN):
 
 
 class DIENPos(DIEN):
-    """DIEN (Zhou et al., AAAI 2019) with none / learned_absolute / cope / cape in its interest-evolving attention."""
+    """DIEN (Zhou et al., AAAI 2019) with none / learned_absolute / rope / cope / cape in its interest-evolving attention."""
 
     DEFAULT_CONFIG = PROPERTIES / "DIENPos.yaml"
     CONFIG_SCHEMA = TARGET_ATTENTION_KEYS

@@ -95,6 +95,44 @@ def test_target_attention_gate_masking(gate_mask, padding_matters):
     assert torch.allclose(short, long, atol=1e-6) != padding_matters
 
 
+def complex_rotation_reference(x: torch.Tensor, position: torch.Tensor, pairing: str) -> torch.Tensor:
+    """RoPE written with complex numbers: pair t of x (its layout's two halves) times e^{i·pos·g_t}."""
+    half = x.size(-1) // 2
+    real, imaginary = (x[..., 0::2], x[..., 1::2]) if pairing == "interleaved" else (x[..., :half], x[..., half:])
+    frequencies = 10000.0 ** (-torch.arange(half, dtype=torch.float64) * 2 / x.size(-1))
+    turned = torch.complex(real.double(), imaginary.double()) * torch.exp(1j * position.double()[..., None] * frequencies)
+    if pairing == "interleaved":
+        return torch.stack((turned.real, turned.imag), dim=-1).flatten(-2).float()
+    return torch.cat((turned.real, turned.imag), dim=-1).float()
+
+
+@pytest.mark.parametrize("name,pairing", [("rope", "interleaved"), ("rope_half", "half")])
+def test_target_attention_rope_rotates_history_by_index_and_target_after_it(name, pairing):
+    torch.manual_seed(0)
+    stock = SequenceAttLayer(torch.arange(9).view(1, -1), [24, 8], "Sigmoid", True, True)
+    layer = PositionalSequenceAttention(stock, parse_target_position(name, "position"), 6, 9, softmax=True)
+    queries, keys, lengths = torch.randn(3, 6), torch.randn(3, 9, 6), torch.tensor([9, 2, 5])
+    weights = layer(queries, keys, lengths)
+    # The reference: the stock layer fed the rotated target (at index n) and history (item j at j).
+    rotated_keys = complex_rotation_reference(keys, torch.arange(9).expand(3, -1), pairing)
+    rotated_queries = complex_rotation_reference(queries, lengths, pairing)
+    expected = stock(rotated_queries, rotated_keys, lengths)
+    assert torch.allclose(weights, expected, atol=1e-5)
+    # Padding after the history changes nothing; the pooled vectors are the unrotated items.
+    assert torch.allclose(layer(queries, keys[:, :5], lengths.clamp(max=5))[1:], weights[1:, :, :5], atol=1e-6)
+    layer.return_seq_weight = False
+    assert torch.allclose(layer(queries, keys, lengths), weights @ keys, atol=1e-6)
+
+
+def test_target_attention_rope_target_position_follows_history_length():
+    torch.manual_seed(0)
+    stock = SequenceAttLayer(torch.arange(4).view(1, -1), [24, 8], "Sigmoid", True, True)
+    layer = PositionalSequenceAttention(stock, parse_target_position("rope", "position"), 6, 4, softmax=False)
+    queries, keys = torch.randn(1, 6).expand(2, -1), torch.randn(1, 4, 6).expand(2, -1, -1)
+    weights = layer(queries, keys, torch.tensor([2, 3]))
+    assert not torch.allclose(weights[0, 0, :2], weights[1, 0, :2])  # same items, the target one step further
+
+
 def test_target_attention_rejects_other_positions():
     with pytest.raises(ConfigError, match="target attention takes position"):
         resolve(DIN_CONFIG, TINY_LABELED + ["position=sinusoidal"])
@@ -102,6 +140,11 @@ def test_target_attention_rejects_other_positions():
         resolve(DIN_CONFIG, TINY_LABELED + ["position={type: cape, gate_mask: loose}"])
     with pytest.raises(ConfigError, match="keep_absolute"):
         resolve(DIN_CONFIG, TINY_LABELED + ["position={type: cape, keep_absolute: true}"])
+    with pytest.raises(ConfigError, match="absolute is for self-attention"):
+        resolve(DIN_CONFIG, TINY_LABELED + ["position={type: rope, absolute: true}"])
+    with pytest.raises(ConfigError, match="item representation size 3 must be even"):
+        PositionalSequenceAttention(SequenceAttLayer(torch.arange(4).view(1, -1), [12, 8], "Sigmoid", True, False),
+                                    parse_target_position("rope", "position"), 3, 4, softmax=True)
 
 
 @pytest.mark.parametrize("model_name", ["DINPos", "DIENPos"])
@@ -147,8 +190,8 @@ def test_din_position_variants_take_a_training_step(position, in_tmp):
     assert position_parameters and all(p.grad is not None and p.grad.abs().sum() > 0 for p in position_parameters)
 
 
-@pytest.mark.parametrize("model_name", ["DINPos", "DIENPos"])
-def test_target_attention_models_train_and_evaluate_auc_logloss(model_name, in_tmp):
-    result = run(DIN_CONFIG, TINY_LABELED + [f"model={model_name}"])
+@pytest.mark.parametrize("model_name,position", [("DINPos", "cape"), ("DIENPos", "cape"), ("DIENPos", "rope")])
+def test_target_attention_models_train_and_evaluate_auc_logloss(model_name, position, in_tmp):
+    result = run(DIN_CONFIG, TINY_LABELED + [f"model={model_name}", f"position={position}"])
     assert set(result.test_result) == {"auc", "logloss"}
     assert 0.0 <= result.test_result["auc"] <= 1.0 and result.test_result["logloss"] > 0
