@@ -37,6 +37,7 @@ BUILTIN_MODELS = {
     "SeqTransformer": "recbole_ext.models.seq_transformer:SeqTransformer",
     "DINPos": "recbole_ext.models.target_attention:DINPos",
     "DIENPos": "recbole_ext.models.target_attention:DIENPos",
+    "DMINPos": "recbole_ext.models.dmin:DMINPos",
     "DuoRecExt": "recbole_ext.models.fearec:DuoRecExt",
     "FEARecExt": "recbole_ext.models.fearec:FEARecExt",
 }

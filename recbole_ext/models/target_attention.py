@@ -100,21 +100,25 @@ class PositionalSequenceAttention(nn.Module):
         if self.contextual is not None:
             self.contextual.reset_part_parameters()
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, keys_length: torch.Tensor) -> torch.Tensor:
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, keys_length: torch.Tensor,
+                per_key_queries: torch.Tensor | None = None) -> torch.Tensor:
         """``queries`` [B, d] (the target), ``keys`` [B, T, d], ``keys_length`` [B] → pooled [B, 1, d]
-        or weights [B, 1, T] (``return_seq_weight``), as ``SequenceAttLayer``."""
+        or weights [B, 1, T] (``return_seq_weight``), as ``SequenceAttLayer``. ``per_key_queries``
+        [B, T, d] replaces the target in the MLP, one per key (DMIN's native position feature); the
+        position machinery still reads ``queries``."""
         length = keys.size(1)
         if self.position_embedding is not None:
             keys = keys + self.position_embedding.weight[:length]
         positions = torch.arange(length, device=keys.device)
         valid = positions[None, :] < keys_length[:, None]
-        compared_queries, compared_keys = queries, keys
+        compared_queries = queries.unsqueeze(1) if per_key_queries is None else per_key_queries
+        compared_keys = keys
         if self.rotary_pairing is not None:  # history item j at angle j·g, the target next to its history at n·g
             frequencies = self.rotary_frequencies
             compared_keys = rotate_pairs(keys, positions[:, None] * frequencies, self.rotary_pairing)
-            compared_queries = rotate_pairs(queries, keys_length[:, None].to(frequencies.dtype) * frequencies,
-                                            self.rotary_pairing)
-        expanded = compared_queries.unsqueeze(1).expand(-1, length, -1)
+            compared_queries = rotate_pairs(compared_queries, keys_length[:, None, None].to(frequencies.dtype)
+                                            * frequencies, self.rotary_pairing)
+        expanded = compared_queries.expand(-1, length, -1)
         scores = self.dense(self.att_mlp_layers(
             torch.cat([expanded, compared_keys, expanded - compared_keys, expanded * compared_keys], dim=-1)))
         logits = scores.squeeze(-1) / queries.size(-1) ** 0.5  # RecBole's scaling

@@ -30,11 +30,13 @@ TINY_RUN = ["epochs=1", "train_batch_size=64", "eval_batch_size=16", "show_progr
             "use_gpu=false"]
 TINY_DIN = ["model=DINPos", "embedding_size=8", "mlp_hidden_size=[16,16]", "target_attention_softmax=true",
             "position={type: cape, pos_dim: 4}", *TINY_RUN]
-# CAPE Table 2's other rows on the same files: RecBole's DIEN, DIENPos, SASRec and BST as CTR models.
+# CAPE Table 2's other rows on the same files: RecBole's DIEN, DIENPos, DMINPos, SASRec and BST as CTR models.
 TINY_MODELS = {
     "DINPos": TINY_DIN,
     "DIEN": ["model=DIEN", "embedding_size=8", "mlp_hidden_size=[16,16]", *TINY_RUN],
     "DIENPos": ["model=DIENPos", "embedding_size=8", "mlp_hidden_size=[16,16]", "position=cope", *TINY_RUN],
+    "DMINPos": ["model=DMINPos", "embedding_size=8", "mlp_hidden_size=[16,16]", "n_heads=2",
+                "position={type: cape, pos_dim: 4}", *TINY_RUN],
     "SASRec-CTR": ["model=SeqTransformer", "backbone={type: ctr, head_hidden: [16]}", "hidden_size=16",
                    "inner_size=16", "MAX_ITEM_LIST_LENGTH=101", "position={type: cape, pos_dim: 4}", *TINY_RUN],
     "BST": ["model=SeqTransformer", "backbone={type: ctr, causal: false, pooling: mean, head_hidden: [16]}",

@@ -14,7 +14,7 @@ from ..conftest import tiny_recbole_config
 from .test_backbone_core import GENRES
 
 # every SeqTransformer of the project: the built-ins but the target-attention CTR models, and the presets
-SEQUENCE_MODELS = sorted({*BUILTIN_MODELS, *preset_names()} - {"DINPos", "DIENPos"})
+SEQUENCE_MODELS = sorted({*BUILTIN_MODELS, *preset_names()} - {"DINPos", "DIENPos", "DMINPos"})
 
 
 def test_runs_are_consecutive_rows_equal_but_for_the_candidate():
