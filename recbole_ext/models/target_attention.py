@@ -4,7 +4,8 @@
 evaluation with AUC/LogLoss) whose target-attention unit (RecBole's ``SequenceAttLayer``: an MLP
 over [t, h_j, t - h_j, t ⊙ h_j]) takes a ``position`` key:
 
-- ``none``: RecBole's model, bit for bit (same parameters, same random draws);
+- ``none``: RecBole's model (same parameters, same random draws; scores equal to float rounding,
+  :meth:`PositionalSequenceAttention.mlp_scores`);
 - ``learned_absolute``: the paper's "Naïve" PE, a trained vector per position index (dim = the item
   representation) added to the attention's keys;
 - ``rope`` / ``rope_half``: rotary embedding (Su et al. 2021) before the MLP: history item j (counted
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from recbole.data.dataset import DIENDataset
 from recbole.model.layers import SequenceAttLayer
 from recbole.model.sequential_recommender.dien import DIEN
@@ -73,6 +75,11 @@ class PositionalSequenceAttention(nn.Module):
                  softmax: bool):
         super().__init__()
         self.att_mlp_layers = attention.att_mlp_layers
+        first = self.att_mlp_layers.mlp_layers[:2]
+        if not (isinstance(first[0], nn.Dropout) and first[0].p == 0 and isinstance(first[1], nn.Linear)
+                and not any(isinstance(m, nn.BatchNorm1d) for m in self.att_mlp_layers.mlp_layers)):
+            raise ValueError("target attention expects RecBole's SequenceAttLayer MLP (dropout 0, no batch norm), "
+                             "whose first layer mlp_scores takes by blocks")
         self.dense = attention.dense
         self.return_seq_weight = attention.return_seq_weight
         self.softmax = softmax
@@ -90,6 +97,20 @@ class PositionalSequenceAttention(nn.Module):
             options = position.options
             self.contextual = ContextualPositionBias(
                 query_size, options.max_positions or max_length + 1, options.pos_dim, options.gate)
+
+    def mlp_scores(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """RecBole's score MLP over [t, h, t − h, t ⊙ h], ``queries`` [B, 1 or T, d], ``keys`` [B, T, d]
+        → [B, T, 1], with the first layer's weight taken by blocks: W [t; h; t − h; t ⊙ h] =
+        (W_t + W_d) t + (W_h − W_d) h + W_p (t ⊙ h). The target's term is computed once per row instead
+        of once per key, and the [B, T, 4d] concatenation is never built (DIN's attention MLP reads
+        half the features and DMIN's step loses its largest copies). Equal to the concatenated form
+        up to float rounding (tested); exact because the layer's dropout is 0 and it has no batch norm."""
+        layers = self.att_mlp_layers.mlp_layers
+        first = layers[1]
+        w_target, w_history, w_difference, w_product = first.weight.chunk(4, dim=1)
+        hidden = (F.linear(queries, w_target + w_difference, first.bias) + F.linear(keys, w_history - w_difference)
+                  + F.linear(queries * keys, w_product))
+        return self.dense(layers[2:](hidden))
 
     def init_position_parameters(self, init_weights) -> None:
         """Initialise only the position parameters, with the host model's init (xavier for DIN/DIEN,
@@ -118,10 +139,7 @@ class PositionalSequenceAttention(nn.Module):
             compared_keys = rotate_pairs(keys, positions[:, None] * frequencies, self.rotary_pairing)
             compared_queries = rotate_pairs(compared_queries, keys_length[:, None, None].to(frequencies.dtype)
                                             * frequencies, self.rotary_pairing)
-        expanded = compared_queries.expand(-1, length, -1)
-        scores = self.dense(self.att_mlp_layers(
-            torch.cat([expanded, compared_keys, expanded - compared_keys, expanded * compared_keys], dim=-1)))
-        logits = scores.squeeze(-1) / queries.size(-1) ** 0.5  # RecBole's scaling
+        logits = self.mlp_scores(compared_queries, compared_keys).squeeze(-1) / queries.size(-1) ** 0.5  # RecBole's
         if self.contextual is not None:  # CAPE Eq. 8: a_j ∝ exp(sim_item(t, h_j) + z[p_j])
             if self.gate_mask == "official":  # the authors' DIN zeroes padded scores before the gates
                 gate_logits, gate_valid = logits.masked_fill(~valid, 0.0), None
