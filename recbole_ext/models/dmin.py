@@ -47,10 +47,10 @@ from torch import nn
 
 from recbole_ext.config.schema import Key, in_range
 from recbole_ext.errors import ConfigError
-from recbole_ext.models.target_attention import (PositionalSequenceAttention, item_representation_size,
-                                                 parse_target_position)
+from recbole_ext.models.target_attention import (TARGET_POSITIONS, PositionalSequenceAttention,
+                                                 item_representation_size, parse_target_position)
 from recbole_ext.nn import POSITION, PartSpec
-from recbole_ext.nn.attention_softmax import SoftmaxAttention, merge_heads
+from recbole_ext.nn.attention_softmax import SoftmaxAttention
 from recbole_ext.nn.context import AttentionContext, TransformerDims
 
 PROPERTIES = Path(__file__).parent / "properties"
@@ -60,11 +60,7 @@ INPUT_POSITIONS = ("none", "learned_absolute", "sinusoidal")
 
 def parse_dmin_position(value, where: str) -> PartSpec:
     """Target-attention kinds plus ``sinusoidal`` (input-level, so DMIN's self-attention can take it)."""
-    if value == "sinusoidal" or (isinstance(value, dict) and value.get("type") == "sinusoidal"):
-        from recbole_ext.nn import parse_part_spec
-
-        return parse_part_spec(POSITION, value, where)
-    return parse_target_position(value, where)
+    return parse_target_position(value, where, allowed=(*TARGET_POSITIONS, "sinusoidal"))
 
 
 def per_head_weight(heads: int, fan_in: int, fan_out: int) -> nn.Parameter:
@@ -115,7 +111,8 @@ class InterestExtractor(nn.Module):
     def __init__(self, dims: TransformerDims):
         super().__init__()
         heads, size = dims.n_heads, dims.hidden_size
-        self.attention = SoftmaxAttention(SoftmaxAttention.Options(), dims, layer_index=1)
+        self.layer_index = dims.n_layers - 1  # after the refiner, when there is one
+        self.attention = SoftmaxAttention(SoftmaxAttention.Options(), dims, layer_index=self.layer_index)
         del self.attention.dense  # heads are projected one by one below, never merged
         self.head_output = per_head_weight(heads, dims.head_size, size)
         self.dropout = nn.Dropout(dims.hidden_dropout_prob)
@@ -125,7 +122,7 @@ class InterestExtractor(nn.Module):
         self.feed_forward = FeedForward(size, heads)
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
-        context.layer_index = 1
+        context.layer_index = self.layer_index
         batch, length, size = hidden.shape
         query, key, value = self.attention.project(hidden, context)
         mixed = self.attention.mix(query, key, value, context)            # [B, H, L, d_head]
@@ -159,7 +156,9 @@ class DMINPos(DIN):
         if size % heads:
             raise ConfigError(f"n_heads: the item representation size {size} (embedding_size × item features) "
                               f"is not a multiple of n_heads ({heads})")
-        dims = TransformerDims(hidden_size=size, n_heads=heads, inner_size=2 * size, n_layers=2,
+        # One self-attention layer per block, so per-layer position parts (CAPE/CoPE tables) get one each.
+        dims = TransformerDims(hidden_size=size, n_heads=heads, inner_size=2 * size,
+                               n_layers=2 if config["behavior_refiner"] else 1,
                                hidden_dropout_prob=config["hidden_dropout_prob"],
                                attn_dropout_prob=config["attn_dropout_prob"], hidden_act="relu",
                                layer_norm_eps=1e-5, max_seq_length=self.max_seq_length)

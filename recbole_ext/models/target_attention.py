@@ -55,12 +55,13 @@ TARGET_POSITIONS = ("none", "learned_absolute", "rope", "rope_half", "cope", "ca
 ROTARY_PAIRING = {"rope": RotaryPosition.pairing, "rope_half": HalfSplitRotaryPosition.pairing}
 
 
-def parse_target_position(value, where: str) -> PartSpec:
+def parse_target_position(value, where: str, allowed: tuple[str, ...] = TARGET_POSITIONS) -> PartSpec:
     """A position spec as for SeqTransformer (name or mapping with options), limited to the kinds
-    that make sense with one query (the target) and an MLP similarity."""
+    that make sense with one query (the target) and an MLP similarity (``allowed``; a host model
+    with self-attention too, as DMIN, may allow input-level kinds)."""
     spec = parse_part_spec(POSITION, value, where)
-    if spec.name not in TARGET_POSITIONS:
-        raise ConfigError(f"{where}: target attention takes position {', '.join(TARGET_POSITIONS)}, not {spec.name!r}")
+    if spec.name not in allowed:
+        raise ConfigError(f"{where}: target attention takes position {', '.join(allowed)}, not {spec.name!r}")
     for combining in ("keep_absolute", "absolute"):
         if getattr(spec.options, combining, False):
             raise ConfigError(f"{where}: {combining} is for self-attention models; target attention takes one position kind")

@@ -134,6 +134,17 @@ def test_target_attention_rope_target_position_follows_history_length():
     assert not torch.allclose(weights[0, 0, :2], weights[1, 0, :2])  # same items, the target one step further
 
 
+def test_target_attention_refuses_an_mlp_it_cannot_take_by_blocks():
+    """``mlp_scores`` splits the first layer's weight; with dropout or batch norm that would not be exact."""
+    from recbole.model.layers import MLPLayers
+
+    for changed in (MLPLayers([24, 8], dropout=0.1), MLPLayers([24, 8], bn=True)):
+        stock = SequenceAttLayer(torch.arange(4).view(1, -1), [24, 8], "Sigmoid", True, False)
+        stock.att_mlp_layers = changed
+        with pytest.raises(ValueError, match="dropout 0, no batch norm"):
+            PositionalSequenceAttention(stock, parse_target_position("none", "position"), 6, 4, softmax=True)
+
+
 def test_target_attention_rejects_other_positions():
     with pytest.raises(ConfigError, match="target attention takes position"):
         resolve(DIN_CONFIG, TINY_LABELED + ["position=sinusoidal"])

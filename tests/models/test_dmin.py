@@ -97,19 +97,24 @@ def test_rope_changes_scores_with_the_same_weights(tiny_data):
         assert not torch.allclose(rotary.predict(interaction), plain.predict(interaction))
 
 
+@pytest.mark.parametrize("refiner", [True, False])
 @pytest.mark.parametrize("position", ["learned_absolute", "cope", "{type: cape, pos_dim: 4}"])
-def test_every_position_parameter_gets_a_gradient(position, tiny_data):
+def test_every_position_parameter_gets_a_gradient(position, refiner, tiny_data):
     train_data, _ = tiny_data
-    model = with_random_tables(build(position, train_data._dataset, "target_position_feature=3"))
+    model = with_random_tables(build(position, train_data._dataset, "target_position_feature=3",
+                                     f"behavior_refiner={str(refiner).lower()}"))
     model.calculate_loss(first_batch(train_data)).backward()
     position_parameters = {name: p for name, p in model.named_parameters()
                            if name.startswith("position.") or ".contextual." in name or "target_position" in name}
     assert position_parameters
     missing = [name for name, p in position_parameters.items() if p.grad is None or p.grad.abs().sum() == 0]
     assert not missing
-    # Contextual positions sit in both self-attentions (2 layers) and in every interest's target attention.
+    # Contextual positions sit in each self-attention (the refiner's, if any, and the extractor's) and
+    # in every interest's target attention.
     if position != "learned_absolute":
-        assert sum(name.startswith("position.layers.") and name.endswith("table") for name in position_parameters) == 2
+        self_attention_tables = sum(name.startswith("position.layers.") and name.endswith("table")
+                                    for name in position_parameters)
+        assert self_attention_tables == (2 if refiner else 1)
         assert sum(".contextual.table" in name for name in position_parameters) == len(model.target_attentions)
 
 
