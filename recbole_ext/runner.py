@@ -7,7 +7,10 @@ A run directory (``<output_dir>/<run_name>/``) holds:
 - ``metrics.json``   best validation metrics and epoch, test metrics, wall time, versions, device, status
 - ``model.pth``      the best checkpoint (state dict + plain metadata; ``weights_only=True``)
 - ``resume.pth``     the last finished epoch's whole training state (:mod:`recbole_ext.resume`)
-- ``run.log``, ``tensorboard/``
+- ``run.log``         the run's log at INFO or finer whatever ``state`` says: ``state`` sets the console's
+  level only, so a quiet console (reproductions run with ``state: WARNING``) still leaves each
+  epoch's losses and validation metrics in the file
+- ``tensorboard/``
 
 Every file is written atomically, so a killed run leaves complete files, and ``metrics.json`` says
 ``"status": "running"`` until the run finished. ``run(..., resume_dir=RUN_DIR)`` continues a killed
@@ -81,7 +84,8 @@ def recbole_config(resolved: ResolvedConfig, checkpoint_dir: Path | None = None)
 
 
 def init_logging(config, log_file: Path | None) -> None:
-    """RecBole's console format, plus a log file in the run directory (not ./log/)."""
+    """RecBole's console format at ``state``'s level, plus a log file in the run directory (not
+    ./log/) at INFO or finer: the file is the run's record, the console only what the caller asked for."""
     import colorlog
     from recbole.utils.logger import RemoveColorFilter, log_colors_config
 
@@ -93,17 +97,18 @@ def init_logging(config, log_file: Path | None) -> None:
     console = logging.StreamHandler()
     console.setFormatter(colorlog.ColoredFormatter(
         "%(log_color)s%(asctime)-15s %(levelname)s  %(message)s", "%d %b %H:%M", log_colors=log_colors_config))
+    console.setLevel(level)
     handlers = [console]
     if log_file is not None:
         file_handler = logging.FileHandler(log_file)
         file_handler.setFormatter(logging.Formatter("%(asctime)-15s %(levelname)s  %(message)s"))
         file_handler.addFilter(RemoveColorFilter())
+        file_handler.setLevel(min(level, logging.INFO))
         handlers.append(file_handler)
     for handler in handlers:
-        handler.setLevel(level)
         handler._recbole_ext = True
         root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(min(handler.level for handler in handlers))
 
 
 def build(config):

@@ -44,6 +44,13 @@ def test_run_writes_a_complete_run_directory(in_tmp):
     assert str(result.run_dir).startswith(str(in_tmp / "runs"))
 
 
+def test_run_log_keeps_each_epoch_while_state_quiets_the_console(in_tmp, capfd):
+    result = run(TINY_CONFIG, ["epochs=1"])  # the tiny configs say state: WARNING, as reproductions do
+    log = (result.run_dir / "run.log").read_text()
+    assert "epoch 0 training" in log and "valid result" in log
+    assert "epoch 0 training" not in capfd.readouterr().err
+
+
 def test_checkpoint_reevaluates_to_the_same_test_metrics(in_tmp):
     result = run(TINY_CONFIG, ["epochs=1"])
     again = evaluate_checkpoint(result.run_dir / "model.pth")
