@@ -137,7 +137,8 @@ def execute_cells(cells: list[Cell], records: Path, parallel: int = 0, address: 
 
 def _execute_serially(todo: list[RunSpec], log: Callable[[str], None]):
     for index, spec in enumerate(todo, 1):
-        log(f"[{index}/{len(todo)}] {spec.values.get('model')} on {Path(spec.config_file).stem}, seed {spec.seed}")
+        log(f"[{index}/{len(todo)}] {spec.values.get('model')} on {Path(spec.config_file).stem}, seed {spec.seed} "
+            f"(epochs in {run_dir_of(spec) / 'run.log'})")
         try:
             execute_run(spec)
             yield spec, None

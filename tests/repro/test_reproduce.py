@@ -303,3 +303,11 @@ def test_records_trained_on_another_device_stand_in_and_say_where(reproduction, 
     with open(clone / "tiny_table.quick.csv") as handle:
         done = [line for line in csv.DictReader(handle) if line["status"] == "done" and line["dataset"] == "Tiny"]
     assert done and all(line["reason"] == f"trained on {gpu}" for line in done)
+
+
+def test_a_serial_run_announces_the_log_that_follows_its_epochs(tmp_path, monkeypatch):
+    spec = RunSpec("k1", "configs/tiny.yaml", {"model": "SeqTransformer", "output_dir": str(tmp_path), "run_name": "k1"}, 7)
+    monkeypatch.setattr(execute, "execute_run", lambda spec: None)
+    lines = []
+    assert list(execute._execute_serially([spec], lines.append)) == [(spec, None)]
+    assert lines == [f"[1/1] SeqTransformer on tiny, seed 7 (epochs in {tmp_path / 'k1' / 'run.log'})"]
