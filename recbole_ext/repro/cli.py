@@ -97,9 +97,10 @@ def command_text(args) -> str:
 
 def command_list(args) -> int:
     """Every table (or every cell of one), with its state here and, for runnable cells, how many of
-    their ``--seeds`` runs are finished in the cache or recorded under ``--out``."""
+    their ``--seeds`` runs are finished in the cache or recorded under ``--out``, and how far each
+    half-trained one got."""
     from recbole_ext.devices import device_label
-    from recbole_ext.repro.execute import finished_runs
+    from recbole_ext.repro.execute import finished_runs, half_trained
     from recbole_ext.repro.plan import plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.tables import all_tables, load_table
@@ -114,6 +115,9 @@ def command_list(args) -> int:
         for cell in cells:
             reason = f": {cell.reason}" if cell.reason else ""
             done = f" ({finished_runs(cell, records)}/{len(cell.runs)} runs finished)" if cell.runs else ""
+            partial = half_trained(cell, records)
+            if partial:
+                done = f"{done[:-1]}; unfinished, a rerun resumes it: {'; '.join(partial)})"
             print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{done}{reason}")
         return 0
     memo: dict = {}  # each dataset's files are checked once for all tables

@@ -90,6 +90,29 @@ def finished_runs(cell: Cell, records: Path) -> int:
     return sum(is_cached(spec, records) for spec in cell.runs)
 
 
+def half_trained(cell: Cell, records: Path) -> list[str]:
+    """For each unfinished run of ``cell`` that has finished epochs (a killed or running paper-budget
+    cell), how far it got: what the next ``reproduce`` resumes from. Read from ``history.json``, so
+    it is silent about a run killed in its first epoch."""
+    progress = []
+    for spec in cell.runs:
+        if is_cached(spec, records):
+            continue
+        try:
+            history = json.loads((run_dir_of(spec) / "history.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not history:
+            continue
+        text = f"seed {spec.seed} at {len(history)} epochs"
+        validated = [entry for entry in history if "valid_score" in entry]
+        if validated:
+            best = max(validated, key=lambda entry: entry["valid_score"])
+            text += f", best validation epoch {best['epoch']} ({best['valid_score']:.4f})"
+        progress.append(text)
+    return progress
+
+
 def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
     """Runs of runnable cells that are not finished yet (deduplicated), and how many are cached
     (a finished run directory or a record in ``records``)."""

@@ -311,3 +311,24 @@ def test_a_serial_run_announces_the_log_that_follows_its_epochs(tmp_path, monkey
     lines = []
     assert list(execute._execute_serially([spec], lines.append)) == [(spec, None)]
     assert lines == [f"[1/1] SeqTransformer on tiny, seed 7 (epochs in {tmp_path / 'k1' / 'run.log'})"]
+
+
+def test_list_says_how_far_an_unfinished_run_got(reproduction, tmp_path, capsys):
+    """A paper-budget cell trains over several sessions: --list shows where the next call resumes."""
+    from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.tables import load_table
+
+    table_file, out = reproduction["argv"][1], tmp_path / "out"
+    (cell,) = [cell for cell in plan_table(load_table(table_file), out / "runs", models=["base"], budget="quick")
+               if cell.runs]
+    run_dir = execute.run_dir_of(cell.runs[0])
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "running"}))
+    argv = ["reproduce", "--list", table_file, "--budget", "quick", "--out", str(out), "--models", "base"]
+    assert main(argv) == 0
+    assert "(0/1 runs finished)" in capsys.readouterr().out  # killed in its first epoch: nothing to resume
+    history = [{"epoch": 0, "valid_score": 0.2}, {"epoch": 1, "valid_score": 0.25}, {"epoch": 2, "valid_score": 0.24}]
+    (run_dir / "history.json").write_text(json.dumps(history))
+    assert main(argv) == 0
+    assert (f"(0/1 runs finished; unfinished, a rerun resumes it: seed {cell.runs[0].seed} at 3 epochs, "
+            "best validation epoch 1 (0.2500))") in capsys.readouterr().out
