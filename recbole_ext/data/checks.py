@@ -29,7 +29,8 @@ def _loaded_columns(load_col, kind: str):
     return set(load_col[kind] or [])
 
 
-def _how_to_create(dataset: str) -> str:
+def how_to_create(dataset: str) -> str:
+    """The conversion command for a preset's atomic files (the hint of every missing-data message)."""
     from recbole_ext.data.presets import PRESETS
 
     preset = PRESETS.get(dataset)
@@ -53,7 +54,7 @@ def require_atomic_files(resolved) -> None:
         if not path.is_file():
             raise DatasetMissingError(
                 f"{resolved.where('dataset')}: dataset {dataset!r} needs {path.resolve()}, which does not exist; "
-                f"{_how_to_create(dataset)}"
+                f"{how_to_create(dataset)}"
             )
     options = {"field_separator": values.get("field_separator") or "\t",
                "seq_separator": values.get("seq_separator") or " ",

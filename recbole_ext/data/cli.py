@@ -8,7 +8,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-FORMATS = ("s3rec", "sasrec", "ml-seq", "grouplens", "atomic", "reczoo-ctr")  # converters.FORMATS, without importing pandas
+# converters.FORMATS and filters.KCORE_KINDS, without importing pandas (a test keeps them equal)
+FORMATS = ("s3rec", "sasrec", "ml-seq", "grouplens", "amazon-ratings", "atomic", "reczoo-ctr")
+KCORE_KINDS = ("iterative", "single", "single_then_users")
 
 
 def _min_count(text: str):
@@ -38,8 +40,9 @@ def add_data_parser(commands) -> None:
     convert.add_argument("--min-rating", type=_min_rating, metavar="R|none", help="keep ratings >= R (overrides the preset)")
     convert.add_argument("--user-min", type=_min_count, metavar="N", help="users need >= N interactions")
     convert.add_argument("--item-min", type=_min_count, metavar="N", help="items need >= N interactions")
-    convert.add_argument("--kcore", choices=("iterative", "single"),
-                         help="iterative: repeat until stable (RecBole); single: one pass on the input's counts")
+    convert.add_argument("--kcore", choices=KCORE_KINDS,
+                         help="iterative: repeat until stable (RecBole); single: one pass on the input's counts; "
+                              "single_then_users: single, then users below --user-min dropped once more (HLLM)")
     convert.add_argument("--force", action="store_true", help="replace an existing NAME/ folder")
 
     stats = sub.add_parser("stats", help="users, items, interactions, length, sparsity (and the paper's, for a preset)")

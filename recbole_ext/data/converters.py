@@ -12,6 +12,8 @@ Formats (``--format``):
                ``users.dat``.
 - ``grouplens`` ``ratings.dat`` (``::``), ml-100k ``u.data`` (TAB) or ML-20M ``ratings.csv``, with
                ratings and timestamps; plus ``movies.dat``/``u.item``/``movies.csv`` and ``users.dat``/``u.user``.
+- ``amazon-ratings`` McAuley's Amazon 2014 "ratings only" CSV (``ratings_Beauty.csv``, ...): ``user,item,
+               rating,unix time`` per line, no header.
 - ``atomic``   an existing ``.inter`` (its ``.item``/``.user`` siblings come along): checked, re-filtered.
 - ``reczoo-ctr`` reczoo's CTR benchmarks (``AmazonElectronics_x1``): ``train.csv`` and ``test.csv`` with
                ``label,user_id,item_id,cate_id,item_history,cate_history`` ('^'-separated histories,
@@ -46,7 +48,7 @@ from recbole_ext.data.atomic import check_atomic_file
 from recbole_ext.data.filters import FilterSpec, apply_filters, counts
 from recbole_ext.errors import DataFormatError
 
-FORMATS = ("s3rec", "sasrec", "ml-seq", "grouplens", "atomic", "reczoo-ctr")
+FORMATS = ("s3rec", "sasrec", "ml-seq", "grouplens", "amazon-ratings", "atomic", "reczoo-ctr")
 ML100K_GENRES = ("unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
                  "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
                  "War", "Western")  # ml-100k README / u.genre order (the 19 flags of u.item)
@@ -336,17 +338,22 @@ def _read_ratings(path: Path) -> pd.DataFrame:
         if isinstance(error, DataFormatError):
             raise
         raise DataFormatError(f"{path}: cannot parse ratings: {str(error).splitlines()[0]}") from None
+    return _checked_ratings(frame, path, header_lines=1 if path.suffix == ".csv" else 0)
+
+
+def _checked_ratings(frame: pd.DataFrame, path: Path, header_lines: int) -> pd.DataFrame:
+    """``user_id, item_id, rating, timestamp`` read as text: rating and timestamp made numbers; the
+    first bad value, or empty id, is an error naming its line."""
     for column in ("rating", "timestamp"):
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = values.isna().to_numpy()
         if bad.any():
             row = int(np.argmax(bad))
-            line = row + (2 if path.suffix == ".csv" else 1)
-            raise DataFormatError(f"{path}:{line}: {column} {frame[column].iloc[row]!r} is not a number")
+            raise DataFormatError(f"{path}:{row + 1 + header_lines}: {column} {frame[column].iloc[row]!r} is not a number")
         frame[column] = values
     if frame[["user_id", "item_id"]].isna().any().any():
         row = int(np.argmax(frame[["user_id", "item_id"]].isna().any(axis=1).to_numpy()))
-        raise DataFormatError(f"{path}:{row + 1}: empty user or item id")
+        raise DataFormatError(f"{path}:{row + 1 + header_lines}: empty user or item id")
     return frame
 
 
@@ -366,6 +373,35 @@ def read_grouplens(paths: list[Path]) -> Source:
         frame["timestamp"] = frame["timestamp"].astype(np.int64)
     return Source(frame, {"user_id": "token", "item_id": "token", "rating": "float", "timestamp": "float"},
                   "source: the ratings' own Unix timestamps", item=item, user=user)
+
+
+def read_amazon_ratings(paths: list[Path]) -> Source:
+    """McAuley's Amazon 2014 "ratings only" CSV (``ratings_<Category>.csv``: ``user,item,rating,unix
+    time`` per line, no header): the raw file the SASRec/TiSASRec and HLLM pipelines filter."""
+    if len(paths) != 1:
+        raise DataFormatError(f"--format amazon-ratings takes one ratings_<Category>.csv, got {len(paths)}")
+    path = paths[0]
+    names = ["user_id", "item_id", "rating", "timestamp"]
+    try:
+        frame = pd.read_csv(path, header=None, dtype=str, keep_default_na=False, na_values=[""],
+                            quoting=csv.QUOTE_NONE)
+    except pd.errors.EmptyDataError:
+        raise DataFormatError(f"{path}: no interactions") from None
+    except (pd.errors.ParserError, ValueError) as error:
+        raise DataFormatError(f"{path}: cannot parse 'user,item,rating,timestamp' lines: "
+                              f"{str(error).splitlines()[0]}") from None
+    if frame.shape[1] != 4:
+        raise DataFormatError(f"{path}:1: expected 4 comma-separated fields 'user,item,rating,timestamp' "
+                              f"(Amazon 2014 ratings only), found {frame.shape[1]}")
+    frame.columns = names
+    frame = _checked_ratings(frame, path, header_lines=0)
+    if frame["timestamp"].eq(frame["timestamp"].round()).all():
+        frame["timestamp"] = frame["timestamp"].astype(np.int64)
+    # Reviews carry a day, so a user's same-day items tie: the stable sort keeps their file order,
+    # as the SASRec/TiSASRec preprocessing (a stable sort per user) does.
+    frame = frame.sort_values(["user_id", "timestamp"], kind="stable").reset_index(drop=True)
+    return Source(frame, {"user_id": "token", "item_id": "token", "rating": "float", "timestamp": "float"},
+                  "source: the reviews' Unix times (day resolution; ties keep the file's order)")
 
 
 def read_atomic(paths: list[Path]) -> Source:
@@ -566,7 +602,7 @@ def read_reczoo_ctr(paths: list[Path]) -> Benchmark:
 
 
 READERS = {"s3rec": read_s3rec, "sasrec": read_sasrec, "ml-seq": read_ml_seq, "grouplens": read_grouplens,
-           "atomic": read_atomic}
+           "amazon-ratings": read_amazon_ratings, "atomic": read_atomic}
 BENCHMARK_READERS = {"reczoo-ctr": read_reczoo_ctr}  # already split sources (RecBole's benchmark_filename)
 
 

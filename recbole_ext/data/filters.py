@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 USER, ITEM, RATING = "user_id", "item_id", "rating"
+KCORE_KINDS = ("iterative", "single", "single_then_users")
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,8 @@ class FilterSpec:
     ``item_min`` interactions (RecBole's ``user/item_inter_num_interval`` loop, which drops the
     banned users and items of one round together); ``single`` counts once on the input and drops
     every interaction whose user or item is below its threshold (SASRec/TiSASRec ``data_partition``;
-    specs/recdenoiser.md §3.1).
+    specs/recdenoiser.md §3.1); ``single_then_users`` does that, then drops the users left with fewer
+    than ``user_min`` interactions once more (HLLM's ``process_books.py``; specs/cape.md §3.3).
     """
 
     min_rating: float | None = None
@@ -30,8 +32,8 @@ class FilterSpec:
     kcore: str = "iterative"
 
     def __post_init__(self):
-        if self.kcore not in ("iterative", "single"):
-            raise ValueError(f"kcore must be 'iterative' or 'single', got {self.kcore!r}")
+        if self.kcore not in KCORE_KINDS:
+            raise ValueError(f"kcore must be one of {', '.join(KCORE_KINDS)}, got {self.kcore!r}")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,6 +74,8 @@ def apply_filters(frame: pd.DataFrame, spec: FilterSpec) -> pd.DataFrame:
     users = pd.factorize(frame[USER])[0]
     items = pd.factorize(frame[ITEM])[0]
     keep = kcore_mask(users, items, spec.user_min, spec.item_min, iterative=spec.kcore == "iterative")
+    if spec.kcore == "single_then_users":
+        keep &= _counts(users[keep], int(users.max()) + 1 if len(users) else 0)[users] >= spec.user_min
     return frame[keep].reset_index(drop=True)
 
 

@@ -53,6 +53,8 @@ class Preset:
         return ("rating",) if self.filters.min_rating is not None else ()
 
 
+_AMAZON_2014 = ("McAuley's Amazon 2014 {0} ratings: ratings_{1}.csv (--format amazon-ratings), or the same rows as an "
+                "atomic .inter (RecBole's Amazon_{1})")
 _FEAREC = "FEARec Table 1 (specs/fearec.md §3): 5-core, no rating threshold"
 _S3REC = "S3-Rec copy (../shared/datasets/raw/Amazon_*/*.txt, already 5-core) or RecSysDatasets atomic files"
 
@@ -89,11 +91,27 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "datasets/eulerformer-yelp.yaml", protocol="EulerFormer's RecBole yamls (specs/eulerformer.md §3.2)",
            notes=("needs Yelp2022 (RecBole 'yelp-2022') with columns renamed to user_id/item_id/rating/timestamp; "
                   "the S3-Rec Yelp copy is a different dataset",)),
+    Preset("eulerformer-books", "EulerFormer", ("atomic",),
+           FilterSpec(min_rating=3, user_min=10, item_min=10, kcore="iterative"),
+           Published(543598, 276863, 15035247, avg_length=27.66, sparsity=0.9999, includes_pad=True,
+                     source="EulerFormer Table 2 (specs/eulerformer.md §3.1)"),
+           "datasets/eulerformer-books.yaml", protocol="EulerFormer's RecBole yamls (specs/eulerformer.md §3.2)",
+           inputs="amazon-books.inter",
+           notes=("the version is not stated; 15M interactions after filtering suggest Amazon 2018 Books (RecBole "
+                  "'amazon-books-18', unverified): an atomic .inter with user_id, item_id, rating and timestamp",)),
     Preset("eulerformer-ml20m", "EulerFormer", ("grouplens", "atomic"),
            FilterSpec(min_rating=3, user_min=10, item_min=10, kcore="iterative"),
            Published(137524, 14259, 16447894, avg_length=119.60, sparsity=0.9916, includes_pad=True,
                      source="EulerFormer Table 2 (specs/eulerformer.md §3.1)"),
            "datasets/eulerformer-ml20m.yaml", protocol="EulerFormer's RecBole yamls (specs/eulerformer.md §3.2)"),
+    Preset("linrec-gowalla", "LinRec", ("atomic",),
+           # specs/linrec.md §3: RecBole's gowalla-merged with the authors' gowalla.yaml, 5-core on both sides.
+           FilterSpec(user_min=5, item_min=5, kcore="iterative"),
+           Published(64116, 164533, 2018421, sparsity=0.9998, includes_pad=True,
+                     source="LinRec Table 1 (specs/linrec.md §3)"),
+           "datasets/linrec-gowalla.yaml", inputs="gowalla-merged.inter",
+           notes=("RecBole's gowalla-merged atomic files (repeated check-ins merged); the spec has not checked that "
+                  "its 5-core gives the published counts",)),
     Preset("linrec-ml1m", "LinRec", ("ml-seq", "grouplens", "atomic"),
            # specs/linrec.md §3: all 1,000,209 ratings, no filtering; 3,884 items = the .item file's
            # 3,883 movies + [PAD], so the unrated movies stay in the .item file.
@@ -109,12 +127,41 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            "datasets/denoiser-ml1m.yaml",
            notes=("the paper's 0.987M / 163.5 are below the 999,611 any >=5 filter of ML-1M keeps; "
                   "the spec accepts the deviation",)),
-    Preset("denoiser-beauty", "Rec-Denoiser", ("atomic",),
+    Preset("denoiser-beauty", "Rec-Denoiser", ("amazon-ratings", "atomic"),
            FilterSpec(user_min=5, item_min=5, kcore="single"),
            Published(51369, 19369, 225000, avg_length=4.39, approximate=("interactions",),
                      source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.225M')"),
-           "datasets/denoiser-beauty.yaml",
-           notes=("needs the raw Amazon 2014 Beauty ratings; the S3-Rec copy is already 5-core",)),
+           "datasets/denoiser-beauty.yaml", inputs="ratings_Beauty.csv",
+           notes=("needs the raw Amazon 2014 Beauty ratings (ratings_Beauty.csv, or RecBole's Amazon_Beauty atomic "
+                  "file); the S3-Rec copy is already 5-core",)),
+    Preset("denoiser-games", "Rec-Denoiser", ("amazon-ratings", "atomic"),
+           FilterSpec(user_min=5, item_min=5, kcore="single"),
+           Published(30935, 12111, 200000, avg_length=6.46, approximate=("interactions",),
+                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.2M')"),
+           "datasets/denoiser-games.yaml", inputs="ratings_Video_Games.csv",
+           notes=(_AMAZON_2014.format("Video Games", "Video_Games"),)),
+    Preset("denoiser-movies", "Rec-Denoiser", ("amazon-ratings", "atomic"),
+           FilterSpec(user_min=5, item_min=5, kcore="single"),
+           Published(40928, 37564, 1050000, avg_length=25.55, approximate=("interactions",),
+                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '1.05M')"),
+           "datasets/denoiser-movies.yaml", inputs="ratings_Movies_and_TV.csv",
+           notes=(_AMAZON_2014.format("Movies and TV", "Movies_and_TV"),)),
+    Preset("denoiser-steam", "Rec-Denoiser", ("atomic",),
+           FilterSpec(user_min=5, item_min=5, kcore="single"),
+           Published(114796, 8648, 870000, avg_length=7.58, approximate=("interactions",),
+                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.87M')"),
+           "datasets/denoiser-steam.yaml", inputs="steam.inter",
+           notes=("Steam reviews (Kang & McAuley 2018) as an atomic .inter with user_id, item_id and timestamp columns "
+                  "(RecBole's steam files name the item product_id: rename it); the exact raw version is unknown "
+                  "(specs/recdenoiser.md §3.1)",)),
+    Preset("cape-books", "CAPE", ("amazon-ratings", "atomic"),
+           # specs/cape.md §3.3: HLLM's process_books.py counts once on the raw file, keeps users and items
+           # with >= 5, then drops the users left with < 5.
+           FilterSpec(user_min=5, item_min=5, kcore="single_then_users"),
+           Published(694898, 686624, 10053086, source="CAPE's AmazonBooks description (specs/cape.md §3.3)"),
+           "datasets/cape-books.yaml", protocol="HLLM's process_books.py (specs/cape.md §3.3)",
+           inputs="ratings_Books.csv",
+           notes=(_AMAZON_2014.format("Books", "Books"),)),
     Preset("cape-electronics", "CAPE", ("reczoo-ctr",),
            # specs/cape.md §3.1: reczoo AmazonElectronics_x1 is split already (train/test) and FuxiCTR's
            # min_categr_count 1 keeps every id: nothing to filter.

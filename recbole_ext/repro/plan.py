@@ -176,6 +176,7 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
     if table.kind == "statistics":  # counted from the preset's atomic files, nothing to train
         if not column.preset:
             return Cell(row, column, "missing-data", column.missing)
+        from recbole_ext.data.checks import how_to_create
         from recbole_ext.data.stats import locate_dataset
         data_path = STATISTICS_DATA_PATH
         if column.config:
@@ -183,7 +184,7 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         try:
             locate_dataset(column.preset, data_path)
         except DataFormatError as error:
-            return Cell(row, column, "missing-data", f"{error} (recbole-ext data convert --preset {column.preset} ...)")
+            return Cell(row, column, "missing-data", f"{error}; {how_to_create(column.preset)}")
         return Cell(row, column, "statistics", data_path=data_path)
     if row.pending:
         return Cell(row, column, "pending", row.pending, data_label=data_label)

@@ -121,6 +121,40 @@ def test_grouplens_ratings_are_time_sorted_with_ratings(tmp_path, files):
     assert (tmp_path / "tiny" / "tiny.user").is_file()
 
 
+def amazon_csv(tmp_path) -> tuple[Path, pd.DataFrame]:
+    """The grouplens fixture's ratings as an Amazon 2014 ``ratings_*.csv``: no header, rows in no user
+    order (Amazon's files are not grouped by user), and the reference conversion."""
+    convert("grouplens", [FIX / "grouplens" / "ratings.dat"], "ref", tmp_path)
+    reference = read(tmp_path / "ref" / "ref.inter")
+    shuffled = reference.sample(frac=1, random_state=0)
+    source = tmp_path / "ratings_Tiny.csv"
+    source.write_text("".join(f"{u},{i},{r},{t}\n" for u, i, r, t in shuffled.itertuples(index=False)))
+    return source, shuffled
+
+
+def test_amazon_ratings_csv_gives_each_users_time_order(tmp_path):
+    source, in_file_order = amazon_csv(tmp_path)
+    result = convert("amazon-ratings", [source], "amz", tmp_path)
+    inter = read(tmp_path / "amz" / "amz.inter")
+    assert list(inter.columns) == ["user_id", "item_id", "rating", "timestamp"]
+    assert result.meta["format"] == "amazon-ratings"
+    # each user's rows in time order, and rows of one user and time (reviews carry a day) in file order
+    assert in_file_order.duplicated(["user_id", "timestamp"]).any()  # the fixture has such ties
+    expected = in_file_order.assign(stamp=in_file_order["timestamp"].astype(int)).sort_values(
+        ["user_id", "stamp"], kind="stable")
+    assert {u: g["item_id"].tolist() for u, g in inter.groupby("user_id")} == \
+        {u: g["item_id"].tolist() for u, g in expected.groupby("user_id")}
+
+
+def test_amazon_ratings_with_hllms_books_filter(tmp_path):
+    source, _ = amazon_csv(tmp_path)
+    result = convert("amazon-ratings", [source], "books", tmp_path, preset_name="cape-books")
+    inter = read(tmp_path / "books" / "books.inter")
+    assert result.meta["filters"] == {"min_rating": None, "user_min": 5, "item_min": 5, "kcore": "single_then_users"}
+    assert inter.groupby("user_id").size().min() >= 5  # the second user pass; items are not counted again
+    assert 0 < len(inter) < result.meta["counts"]["source"]["interactions"]
+
+
 def test_rating_threshold_and_override_recorded(tmp_path):
     result = convert("grouplens", [FIX / "grouplens" / "ratings.dat"], "r", tmp_path, overrides={"min_rating": 4})
     assert read(tmp_path / "r" / "r.inter")["rating"].astype(float).min() >= 4
@@ -175,6 +209,10 @@ def test_atomic_input_is_checked_first(tmp_path):
     ("s3rec", "\n\n", r"in.txt: no sequences"),
     ("sasrec", "1 2\n1 2 3\n", r"in.txt:2: expected 'user item', found 3 fields"),
     ("grouplens", "1::2::5\n", r"expected 'UserID::MovieID::Rating::Timestamp'"),
+    ("amazon-ratings", "A1,B1,5.0,1360000000\nA2,B2,five,1360000001\n", r"in.txt:2: rating 'five' is not a number"),
+    ("amazon-ratings", "A1,B1,5.0\n", r"in.txt:1: expected 4 comma-separated fields 'user,item,rating,timestamp'"),
+    ("amazon-ratings", "A1,,5.0,1360000000\n", r"in.txt:1: empty user or item id"),
+    ("amazon-ratings", "", r"in.txt: no interactions"),
 ])
 def test_bad_sources_name_file_and_line(tmp_path, fmt, text, pattern):
     source = tmp_path / "in.txt"

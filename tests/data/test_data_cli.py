@@ -162,3 +162,10 @@ def convert_real(fmt, preset, inputs, out):
     from recbole_ext.data.converters import convert
 
     return convert(fmt, [RAW / p for p in inputs], preset, out, preset_name=preset)
+
+
+def test_the_clis_format_and_kcore_choices_are_the_converters():
+    """``data/cli.py`` repeats them to stay free of pandas; they must not drift apart."""
+    from recbole_ext.data import cli, converters, filters
+
+    assert cli.FORMATS == converters.FORMATS and cli.KCORE_KINDS == filters.KCORE_KINDS

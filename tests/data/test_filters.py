@@ -41,6 +41,33 @@ def test_iterative_and_single_pass_match_the_references(rows, user_min, item_min
     assert list(map(tuple, single.to_numpy().tolist())) == single_pass(rows, user_min, item_min)
 
 
+def hllm_books(rows, user_min, item_min):
+    """HLLM's process_books.py: both counts once on the raw rows, then users counted again."""
+    kept = single_pass(rows, user_min, item_min)
+    users = Counter(u for u, _ in kept)
+    return [(u, i) for u, i in kept if users[u] >= user_min]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=ROWS, user_min=st.integers(0, 6), item_min=st.integers(0, 6))
+def test_single_then_users_matches_hllm(rows, user_min, item_min):
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id"], dtype=object)
+    kept = apply_filters(frame, FilterSpec(user_min=user_min, item_min=item_min, kcore="single_then_users"))
+    assert list(map(tuple, kept.to_numpy().tolist())) == hllm_books(rows, user_min, item_min)
+
+
+def test_single_then_users_drops_users_the_item_filter_left_short():
+    # user 1 has 3 ratings, but one is of item "rare" (1 rating < 2): single keeps 2 of user 1's rows,
+    # single_then_users then drops user 1 (2 < 3); items are not counted again.
+    rows = [(1, "a"), (1, "b"), (1, "rare")] + [(u, x) for u in (2, 3) for x in ("a", "b", "c")]
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id"])
+    single = apply_filters(frame, FilterSpec(user_min=3, item_min=2, kcore="single"))
+    hllm = apply_filters(frame, FilterSpec(user_min=3, item_min=2, kcore="single_then_users"))
+    assert 1 in set(single["user_id"]) and set(hllm["user_id"]) == {2, 3} and len(hllm) == 6
+    with pytest.raises(ValueError, match="kcore must be one of iterative, single, single_then_users"):
+        FilterSpec(kcore="twice")
+
+
 def test_iterative_differs_from_single_pass():
     # item b has 5 ratings, but user 2's removal (2 ratings < 3) drops it to 4: only the loop sees that.
     rows = [(1, "a"), (1, "b"), (1, "c"), (2, "b"), (2, "d")] + [(u, "b") for u in (3, 4, 5)] + \
