@@ -91,6 +91,9 @@ class RunTrainerMixin:
         self.bf16 = bool(config["bf16"]) if "bf16" in config else False
         self.length_bucketing = int(config["length_bucketing"] or 0) if "length_bucketing" in config else 0
         self.run_dir = Path(run_dir) if run_dir is not None else None
+        # checked at resolve time: sequential model, full-sort evaluation
+        self.masked_history_field = (config["ITEM_ID_FIELD"] + config["LIST_SUFFIX"]
+                                     if "eval_mask_history" in config and config["eval_mask_history"] else None)
         self.history: list[dict[str, Any]] = []
         self.eval_collector = OnePositiveCollector(config)
         # Compiled once; trimmed batches vary in length, which costs a few recompiles (docs/performance.md).
@@ -130,6 +133,16 @@ class RunTrainerMixin:
 
         return super().fit(train_data, valid_data, verbose=verbose, saved=saved, show_progress=show_progress,
                            callback_fn=after_validation)
+
+    def _full_sort_batch_eval(self, batched_data):
+        """RecBole's full-sort scores; with ``eval_mask_history`` the items of each row's input window
+        also score -inf (HLLM's evaluation, specs/cape.md §3.3), one scatter per batch. Padding ids
+        are 0, which RecBole already sets to -inf."""
+        interaction, scores, positive_u, positive_i = super()._full_sort_batch_eval(batched_data)
+        if self.masked_history_field is not None:
+            window = interaction[self.masked_history_field].to(scores.device)
+            scores.scatter_(1, window, float("-inf"))
+        return interaction, scores, positive_u, positive_i
 
     def autocast(self):
         """bf16 autocast for ``bf16: true``; RecBole's ``enable_amp`` (fp16 on CUDA) keeps working."""

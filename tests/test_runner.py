@@ -143,3 +143,39 @@ def test_compiled_training_runs(in_tmp):
     result = run(TINY_DATA, ["model=SeqTransformer", "epochs=1", "compile=true", "hidden_size=16", "inner_size=32",
                              "n_layers=1"])
     assert result.test_result and all(v == v for v in result.test_result.values())
+
+
+def test_eval_mask_history_scores_each_rows_window_minus_inf_and_nothing_else(in_tmp):
+    """HLLM's evaluation (CAPE Table 3): full-sort scores of the input window's items are -inf."""
+    from recbole_ext.runner import build
+    from recbole_ext.trainer import trainer_class
+
+    from .conftest import tiny_recbole_config
+
+    scores = {}
+    for mask in (False, True):
+        config = tiny_recbole_config(hidden_size=16, inner_size=32, eval_mask_history=mask)
+        model, _, (_, _, test_data) = build(config)
+        trainer = trainer_class(config)(config, model)
+        trainer.tot_item_num = test_data._dataset.item_num  # what evaluate() sets first
+        batch = next(iter(test_data))
+        with torch.no_grad():
+            interaction, scores[mask], _, _ = trainer._full_sort_batch_eval(batch)
+    window = interaction["item_id_list"]
+    masked = torch.zeros_like(scores[True], dtype=torch.bool).scatter_(1, window, True)
+    masked[:, 0] = True  # padding: RecBole's -inf either way
+    assert torch.isneginf(scores[True][masked]).all()
+    assert torch.equal(scores[True][~masked], scores[False][~masked])
+    assert (window > 0).sum() > 0 and torch.isfinite(scores[False][:, 1:]).all()
+
+
+@pytest.mark.parametrize(("overrides", "problem"), [
+    (["eval_args={split: {LS: valid_and_test}, order: TO, group_by: user, mode: uni100}"], "masks full-sort scores"),
+    (["model=BPR"], "masks the input window of sequential models"),
+])
+def test_eval_mask_history_is_refused_where_it_would_do_nothing(overrides, problem):
+    from recbole_ext.config import resolve
+    from recbole_ext.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"eval_mask_history: {problem}"):
+        resolve(TINY_DATA, ["model=SeqTransformer", "eval_mask_history=true", *overrides])

@@ -81,6 +81,20 @@ def _defaults_lookup(user: MergedConfig, overrides: list[str]):
     return _model_defaults(model_class, info)[0].get if model_class is not None else None
 
 
+def _check_history_masking(checked: dict, full: MergedConfig, sequential: bool) -> None:
+    """``eval_mask_history`` acts on full-sort scores of sequential models only; anywhere else it
+    would be silently ignored, so it is refused."""
+    where = f"{full.where('eval_mask_history')}: eval_mask_history"
+    if not sequential:
+        raise ConfigError(f"{where}: masks the input window of sequential models; RecBole already masks the "
+                          f"history of general models, and labeled (CTR) evaluation ranks nothing")
+    mode = (checked.get("eval_args") or {}).get("mode", "full")
+    modes = set(mode.values()) if isinstance(mode, dict) else {mode}
+    if modes != {"full"}:
+        raise ConfigError(f"{where}: masks full-sort scores, but eval_args.mode is {mode!r} "
+                          f"(sampled candidates already exclude the user's items)")
+
+
 def resolve(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
             values: dict[str, Any] | None = None) -> ResolvedConfig:
     """Load, merge and validate; raises :class:`ConfigError` naming file:line or ``--set`` at fault."""
@@ -124,6 +138,8 @@ def resolve(config_file: str | os.PathLike | None = None, overrides: list[str] =
     if check_config is not None:
         for name, problem in check_config(checked):
             raise ConfigError(f"{full.where(name)}: {name}: {problem}")
+    if checked.get("eval_mask_history"):
+        _check_history_masking(checked, full, getattr(model_class, "type", None) == ModelType.SEQUENTIAL)
     derived = getattr(model_class, "derived_recbole_config", None)
     for name, value in (derived(checked) if derived is not None else {}).items():
         if name in user.values and user.values[name] != value:

@@ -88,6 +88,8 @@ FRAMEWORK_KEYS: dict[str, Key] = {
     "num_threads": Key(int | None, "torch intra-op threads (default: torch's choice)", in_range(1)),
     "compile": Key(bool, "torch.compile the training loss (off by default: no gain on this project's CPU; "
                          "docs/performance.md)"),
+    "eval_mask_history": Key(bool, "full-sort evaluation of sequential models scores the items of each user's input "
+                                   "window -inf, as HLLM's evaluation does (CAPE Table 3); RecBole masks none"),
     "length_bucketing": Key(int, "training batches from length-sorted pools of this many batches; 0 = off "
                                  "(data/bucketing.py)", in_range(0)),
 }
