@@ -58,6 +58,16 @@ _AMAZON_2014 = ("McAuley's Amazon 2014 {0} ratings: ratings_{1}.csv (--format am
 _FEAREC = "FEARec Table 1 (specs/fearec.md §3): 5-core, no rating threshold"
 _S3REC = "S3-Rec copy (../shared/datasets/raw/Amazon_*/*.txt, already 5-core) or RecSysDatasets atomic files"
 
+def _denoiser(name: str, users: int, items: int, actions: int, avg_length: float, printed: str,
+              formats: tuple[str, ...] = ("amazon-ratings", "atomic"), **extra) -> Preset:
+    """Rec-Denoiser's datasets: SASRec/TiSASRec preprocessing, a single-pass >= 5 filter
+    (specs/recdenoiser.md §3.1); Table 1 prints the actions to 2-3 digits (``printed``)."""
+    return Preset(name, "Rec-Denoiser", formats, FilterSpec(user_min=5, item_min=5, kcore="single"),
+                  Published(users, items, actions, avg_length=avg_length, approximate=("interactions",),
+                            source=f"Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '{printed}')"),
+                  f"datasets/{name}.yaml", **extra)
+
+
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("fearec-beauty", "FEARec", ("s3rec", "atomic"),
            FilterSpec(user_min=5, item_min=5, kcore="iterative"),
@@ -119,41 +129,20 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            Published(6041, 3884, 1000209, sparsity=0.9574, includes_pad=True,
                      source="LinRec Table 1 (specs/linrec.md §3)"),
            "datasets/linrec-ml1m.yaml", keep_unrated_items=True),
-    Preset("denoiser-ml1m", "Rec-Denoiser", ("ml-seq", "grouplens", "atomic"),
-           # specs/recdenoiser.md §3.1: SASRec/TiSASRec preprocessing, a single-pass >= 5 filter.
-           FilterSpec(user_min=5, item_min=5, kcore="single"),
-           Published(6040, 3416, 987000, avg_length=163.5, approximate=("interactions",),
-                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.987M')"),
-           "datasets/denoiser-ml1m.yaml",
-           notes=("the paper's 0.987M / 163.5 are below the 999,611 any >=5 filter of ML-1M keeps; "
-                  "the spec accepts the deviation",)),
-    Preset("denoiser-beauty", "Rec-Denoiser", ("amazon-ratings", "atomic"),
-           FilterSpec(user_min=5, item_min=5, kcore="single"),
-           Published(51369, 19369, 225000, avg_length=4.39, approximate=("interactions",),
-                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.225M')"),
-           "datasets/denoiser-beauty.yaml", inputs="ratings_Beauty.csv",
-           notes=("needs the raw Amazon 2014 Beauty ratings (ratings_Beauty.csv, or RecBole's Amazon_Beauty atomic "
-                  "file); the S3-Rec copy is already 5-core",)),
-    Preset("denoiser-games", "Rec-Denoiser", ("amazon-ratings", "atomic"),
-           FilterSpec(user_min=5, item_min=5, kcore="single"),
-           Published(30935, 12111, 200000, avg_length=6.46, approximate=("interactions",),
-                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.2M')"),
-           "datasets/denoiser-games.yaml", inputs="ratings_Video_Games.csv",
-           notes=(_AMAZON_2014.format("Video Games", "Video_Games"),)),
-    Preset("denoiser-movies", "Rec-Denoiser", ("amazon-ratings", "atomic"),
-           FilterSpec(user_min=5, item_min=5, kcore="single"),
-           Published(40928, 37564, 1050000, avg_length=25.55, approximate=("interactions",),
-                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '1.05M')"),
-           "datasets/denoiser-movies.yaml", inputs="ratings_Movies_and_TV.csv",
-           notes=(_AMAZON_2014.format("Movies and TV", "Movies_and_TV"),)),
-    Preset("denoiser-steam", "Rec-Denoiser", ("atomic",),
-           FilterSpec(user_min=5, item_min=5, kcore="single"),
-           Published(114796, 8648, 870000, avg_length=7.58, approximate=("interactions",),
-                     source="Rec-Denoiser Table 1 (specs/recdenoiser.md §3.1; '0.87M')"),
-           "datasets/denoiser-steam.yaml", inputs="steam.inter",
-           notes=("Steam reviews (Kang & McAuley 2018) as an atomic .inter with user_id, item_id and timestamp columns "
-                  "(RecBole's steam files name the item product_id: rename it); the exact raw version is unknown "
-                  "(specs/recdenoiser.md §3.1)",)),
+    _denoiser("denoiser-ml1m", 6040, 3416, 987000, 163.5, "0.987M", ("ml-seq", "grouplens", "atomic"),
+              notes=("the paper's 0.987M / 163.5 are below the 999,611 any >=5 filter of ML-1M keeps; "
+                     "the spec accepts the deviation",)),
+    _denoiser("denoiser-beauty", 51369, 19369, 225000, 4.39, "0.225M", inputs="ratings_Beauty.csv",
+              notes=("needs the raw Amazon 2014 Beauty ratings (ratings_Beauty.csv, or RecBole's Amazon_Beauty "
+                     "atomic file); the S3-Rec copy is already 5-core",)),
+    _denoiser("denoiser-games", 30935, 12111, 200000, 6.46, "0.2M", inputs="ratings_Video_Games.csv",
+              notes=(_AMAZON_2014.format("Video Games", "Video_Games"),)),
+    _denoiser("denoiser-movies", 40928, 37564, 1050000, 25.55, "1.05M", inputs="ratings_Movies_and_TV.csv",
+              notes=(_AMAZON_2014.format("Movies and TV", "Movies_and_TV"),)),
+    _denoiser("denoiser-steam", 114796, 8648, 870000, 7.58, "0.87M", ("atomic",), inputs="steam.inter",
+              notes=("Steam reviews (Kang & McAuley 2018) as an atomic .inter with user_id, item_id and timestamp "
+                     "columns (RecBole's steam files name the item product_id: rename it); the exact raw version "
+                     "is unknown (specs/recdenoiser.md §3.1)",)),
     Preset("cape-books", "CAPE", ("amazon-ratings", "atomic"),
            # specs/cape.md §3.3: HLLM's process_books.py counts once on the raw file, keeps users and items
            # with >= 5, then drops the users left with < 5.
