@@ -147,9 +147,10 @@ def resolve(config_file: str | os.PathLike | None = None, overrides: list[str] =
         checked[name] = value
         full.origins.setdefault(name, "derived from the model configuration")
 
-    # CE scores all items: RecBole then needs train_neg_sample_args: None, but its own default is a
-    # uniform sampler, so every CE config would have to say so. Do it unless the user set it.
-    if checked.get("loss_type") == "CE" and "train_neg_sample_args" not in user.values:
+    # CE scores all items (InfoNCE draws its own negatives): RecBole then needs train_neg_sample_args:
+    # None, but its own default is a uniform sampler, so every such config would have to say so. Do
+    # it unless the user set it.
+    if checked.get("loss_type") in ("CE", "InfoNCE") and "train_neg_sample_args" not in user.values:
         checked["train_neg_sample_args"] = None
 
     values_for_recbole = {k: v for k, v in checked.items() if k not in ("model", "dataset")}

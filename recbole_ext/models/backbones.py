@@ -5,6 +5,7 @@ loss (CE over all items, or BPR with RecBole's sampled negative) and how users a
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,6 +29,23 @@ def bpr_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
 def bce_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     """-log σ(s⁺) - log(1 - σ(s⁻)) with one sampled negative (SASRec, Kang & McAuley 2018, Eq. 6)."""
     return (F.softplus(-positive) + F.softplus(negative)).mean()
+
+
+def sampled_cosine_info_nce(states: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor,
+                            log_scale: torch.Tensor, false_negative_threshold: float) -> torch.Tensor:
+    """HLLM's main loss (CAPE Table 3's SASRec; specs/cape.md §2.2): softmax cross-entropy of the
+    target against one pool of sampled negatives shared by every row, on cosine similarities times
+    a learned scale e^s. A negative whose cosine with the row's target exceeds
+    ``false_negative_threshold`` (the target itself, or a near copy) is left out of that row.
+    ``states`` [N, D], ``positive`` [N, D] and ``negatives`` [K, D] embeddings; mean over rows."""
+    states, positive, negatives = (F.normalize(x, dim=-1) for x in (states, positive, negatives))
+    scale = log_scale.exp()
+    positive_logits = (states * positive).sum(-1, keepdim=True) * scale
+    # Masked after scaling: a -inf logit times the scale would give the scale's gradient 0 · inf = NaN.
+    negative_logits = ((states @ negatives.T) * scale).masked_fill(positive @ negatives.T > false_negative_threshold,
+                                                                   float("-inf"))
+    logits = torch.cat((positive_logits, negative_logits), dim=-1)
+    return F.cross_entropy(logits, torch.zeros(len(logits), dtype=torch.long, device=logits.device))
 
 
 def append_after_history(item_seq: torch.Tensor, lengths: torch.Tensor, tokens: torch.Tensor,
@@ -67,6 +85,9 @@ class Backbone(nn.Module):
     # Whether ``training_loss`` can train on windows, every position a next-item target
     # (``training_samples: windows``, models/window_targets.py).
     trains_on_windows = False
+    # Whether the main loss may be HLLM's sampled cosine InfoNCE (``loss_type: InfoNCE``), which
+    # also makes the scores cosines: next-item backbones.
+    takes_info_nce = False
     # Whether the representation of a row already reads the row's candidate item (CTR backbones),
     # so rows that differ only in the candidate cannot share one encoding (models/repeated_rows.py).
     encodes_candidate = False
@@ -120,6 +141,15 @@ class CausalNextItem(Backbone):
 
     exact_under_trailing_trim = True
     trains_on_windows = True
+    takes_info_nce = True
+
+    def __init__(self, options, model, config):
+        super().__init__(options, model, config)
+        if "loss_type" in config and config["loss_type"] == "InfoNCE":
+            # HLLM's temperature: e^s starts at 1/0.07 and s is kept in [0, log 100] (clamped in place)
+            self.info_nce_log_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+            self.info_nce_negatives = config["nce_negatives"]
+            self.info_nce_threshold = config["nce_threshold"]
 
     def encoder_inputs(self, model, interaction) -> dict[str, torch.Tensor]:
         """Extra tensors for parts (``AttentionContext.inputs``); e.g. TiSASRec's time intervals."""
@@ -158,12 +188,28 @@ class CausalNextItem(Backbone):
         if model.loss_type in ("BPR", "BCE"):
             pairwise = bpr_loss if model.loss_type == "BPR" else bce_loss
             return pairwise(self.score_items(model, states, positive), self.score_items(model, states, negative))
+        if model.loss_type == "InfoNCE":
+            with torch.no_grad():
+                self.info_nce_log_scale.clamp_(0.0, math.log(100.0))
+            pool = torch.randint(1, model.n_items, (self.info_nce_negatives,), device=states.device)  # never padding
+            return sampled_cosine_info_nce(states, model.item_embedding(positive), model.item_embedding(pool),
+                                           self.info_nce_log_scale, self.info_nce_threshold)
         # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target), and
         # leave out a [MASK] row (CL4SRec's), which is no item.
         return F.cross_entropy(states @ model.item_embedding.weight[: model.n_items].T, positive)
 
     def user_representation(self, model, interaction):
         return self.encode_last(model, interaction)[0]
+
+    def score_items(self, model, representation, items):
+        if model.loss_type == "InfoNCE":  # HLLM scores by cosine, as it trains
+            return F.cosine_similarity(representation, model.item_embedding(items), dim=-1)
+        return super().score_items(model, representation, items)
+
+    def score_all(self, model, representation):
+        if model.loss_type == "InfoNCE":
+            return F.normalize(representation, dim=-1) @ F.normalize(model.item_embedding.weight[: model.n_items], dim=-1).T
+        return super().score_all(model, representation)
 
 
 @BACKBONE.register("bert4rec")

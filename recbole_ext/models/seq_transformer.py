@@ -60,7 +60,12 @@ class SeqTransformer(SequentialRecommender):
         "hidden_act": Key(Literal[tuple(ACTIVATIONS)], "feed-forward activation"),
         "layer_norm_eps": Key(float, "layer norm epsilon", in_range(0.0, low_open=True)),
         "initializer_range": Key(float, "std of the normal weight init", in_range(0.0, low_open=True)),
-        "loss_type": Key(Literal["CE", "BPR", "BCE"], "main loss (BCE: one sampled negative, as SASRec's paper)"),
+        "loss_type": Key(Literal["CE", "BPR", "BCE", "InfoNCE"], "main loss (BCE: one sampled negative, as SASRec's "
+                         "paper; InfoNCE: HLLM's cosine softmax over nce_negatives shared negatives, next-item backbones)"),
+        "nce_negatives": Key(int, "loss_type InfoNCE: uniform negatives drawn per batch, shared by its rows (HLLM: 512)",
+                             positive),
+        "nce_threshold": Key(float, "loss_type InfoNCE: a negative whose cosine with the target exceeds this is "
+                                    "left out (HLLM's nce_thres 0.99)", in_range(-1.0, 1.0)),
         "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py); torch: RecBole's, "
                                                        "so training batches are neither trimmed nor packed"),
         "trim_padding": Key(bool, "cut each batch's trailing padding where every part declares it exact "
@@ -90,6 +95,8 @@ class SeqTransformer(SequentialRecommender):
             yield "hidden_size", f"{values['hidden_size']} is not a multiple of n_heads ({values['n_heads']})"
         backbone = parse_part_spec(BACKBONE, values["backbone"], "backbone")
         yield from BACKBONE.get(backbone.name).check_config(values)
+        if values["loss_type"] == "InfoNCE" and not BACKBONE.get(backbone.name).takes_info_nce:
+            yield "loss_type", f"InfoNCE trains next-item backbones (HLLM's SASRec), not {backbone.name!r}"
         if values["training_samples"] == "windows":
             if not BACKBONE.get(backbone.name).trains_on_windows:
                 yield "training_samples", f"windows need a next-item or cloze backbone, not {backbone.name!r} (use prefixes)"
