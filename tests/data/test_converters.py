@@ -213,6 +213,7 @@ def test_atomic_input_is_checked_first(tmp_path):
     ("amazon-ratings", "A1,B1,5.0\n", r"in.txt:1: expected 4 comma-separated fields 'user,item,rating,timestamp'"),
     ("amazon-ratings", "A1,,5.0,1360000000\n", r"in.txt:1: empty user or item id"),
     ("amazon-ratings", "", r"in.txt: no interactions"),
+    ("amazon-ratings", "A1,B1,5.0\nA2,B2,4.0,1360000000\n", r"in.txt: cannot parse 'user,item,rating,timestamp' lines"),
 ])
 def test_bad_sources_name_file_and_line(tmp_path, fmt, text, pattern):
     source = tmp_path / "in.txt"
