@@ -8,7 +8,7 @@ a killed or failed run: it continues from its last finished epoch (``resume.pth`
 trained under another config. So rerunning a table runs only missing cells, and a killed
 reproduction resumes where it stopped, within the epoch. A run with a record
 (:mod:`recbole_ext.repro.records`) counts as finished too, its run directory gone or not, and so does
-one recorded on another device (``RunSpec.keys_elsewhere``).
+one recorded on another device or at the other training precision (``RunSpec.keys_elsewhere``).
 """
 from __future__ import annotations
 

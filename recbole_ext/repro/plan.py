@@ -45,12 +45,17 @@ class RunSpec:
     config_file: str | None
     values: dict[str, Any]
     seed: int
-    # device label -> this run's key there: a run recorded on another device (a lent GPU) is the same
-    # experiment, so its record stands in for this device's (``records.find_record``)
+    # where else the same experiment may have run -> its key there, in the order records are looked
+    # up (``records.find_record``): the other training precision on this device, then other devices
+    # (a lent GPU). Labels read "cuda:NAME", "cpu with bf16 autocast", "cuda:NAME in fp32".
     keys_elsewhere: dict[str, str] = field(default_factory=dict)
 
     def keys(self) -> list[str]:
         return [self.key, *self.keys_elsewhere.values()]
+
+    def where(self, key: str) -> str:
+        """The label of one of ``keys_elsewhere`` ('' for this run's own key)."""
+        return next((label for label, other in self.keys_elsewhere.items() if other == key), "")
 
 
 @dataclass
@@ -108,8 +113,13 @@ def data_fingerprint(data_path: str, dataset: str) -> list:
     return prints
 
 
-def cache_key(resolved, device: str, memo: dict | None = None) -> str:
+def cache_key(resolved, device: str, memo: dict | None = None, bf16: bool | None = None) -> str:
+    """The run's key; ``bf16`` gives the key of the same run trained at the other precision."""
     config = {k: v for k, v in without_later_keys_at_former_values(resolved.as_dict()).items() if k not in NOT_HASHED}
+    if bf16 is not None:
+        config["bf16"] = bf16
+    if not config.get("bf16"):  # `bf16: false` written out is the default, as cells cached before --bf16 have it
+        config.pop("bf16", None)
     data = (resolved.values.get("data_path"), resolved.dataset)
     memo = {} if memo is None else memo
     if data not in memo:
@@ -161,9 +171,27 @@ def _data_problem(resolved, memo: dict) -> str:
     return memo[key]
 
 
+def stand_in_keys(resolved, device: str, other_devices: Iterable[str], memo: dict,
+                  precision_stands_in: bool = True) -> dict[str, str]:
+    """``RunSpec.keys_elsewhere``: the same experiment trained at the other precision here (bf16
+    autocast vs fp32, which docs/performance.md measures to give metrics within seed noise), then on
+    each other device at this precision and the other. A lent GPU's runs differ from this CPU's by
+    more than that (another random stream), and they stand in already."""
+    own = bool(resolved.values.get("bf16"))
+    precisions = (own, not own) if precision_stands_in else (own,)
+    keys = {}
+    for where in (device, *(other for other in other_devices if other != device)):
+        for bf16 in precisions:
+            if (where, bf16) == (device, own):
+                continue
+            label = where if bf16 == own else f"{where} {'with bf16 autocast' if bf16 else 'in fp32'}"
+            keys[label] = cache_key(resolved, where, memo, bf16=bf16)
+    return keys
+
+
 def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: str, runs_dir: Path,
               device: str, use_data: dict[str, str] | None = None, memo: dict | None = None,
-              other_devices: Iterable[str] = ()) -> Cell:
+              other_devices: Iterable[str] = (), bf16: bool = False) -> Cell:
     """Resolve every run of one cell; never raises for a cell that cannot run (its state says why)."""
     from recbole_ext.config import resolve
     from recbole_ext.config.loader import find_config_file, load_config_chain
@@ -202,6 +230,8 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         per_column = {**column.set, **row.column_set.get(column.label, {})} if not data_label else {}
         base = {**table.training, **row.set, **per_column, "model": row.model}
         base.update(budget_values(table, budget, file_values))
+        if bf16:
+            base["bf16"] = True
     except ConfigError as error:
         return Cell(row, column, "error", str(error), data_label=data_label)
     runs = []
@@ -227,19 +257,21 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         values.update(output_dir=str(Path(runs_dir).resolve()), run_name=key)
         if resolved.values.get("data_path"):
             values["data_path"] = os.path.abspath(resolved.values["data_path"])
-        elsewhere = {other: cache_key(resolved, other, memo) for other in other_devices if other != device}
+        elsewhere = stand_in_keys(resolved, device, other_devices, memo, table.kind != "efficiency")
         runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed, elsewhere))
     return Cell(row, column, "runnable", runs=runs, data_label=data_label)
 
 
 def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, models: list[str] | None = None,
                seeds: int = 1, budget: str = "paper", use_data: dict[str, str] | None = None,
-               device: str | None = None, memo: dict | None = None, other_devices: Iterable[str] = ()) -> list[Cell]:
+               device: str | None = None, memo: dict | None = None, other_devices: Iterable[str] = (),
+               bf16: bool = False) -> list[Cell]:
     """Every cell of the selected rows × columns; ``memo`` shares data checks between plans.
 
     ``other_devices``: devices whose records may stand in for this device's runs (those recorded in
-    the records directory, ``records.recorded_devices``). Not for efficiency tables: their timings
-    are the device's."""
+    the records directory, ``records.recorded_devices``). ``bf16``: runs train under bf16 autocast
+    (``--bf16``); either precision's records stand in for the other's. Neither applies to efficiency
+    tables: their timings are the device's and the precision's."""
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     labels = [c.label for c in table.columns]
@@ -253,7 +285,7 @@ def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, 
     device = device or device_label()
     memo = {} if memo is None else memo
     other_devices = () if table.kind == "efficiency" else tuple(other_devices)
-    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo, other_devices)
+    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo, other_devices, bf16)
             for column in columns for row in rows if _row_in_column(row, column)]
 
 

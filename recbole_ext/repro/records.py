@@ -14,7 +14,9 @@ The key hashes the device too (``devices.device_label``), so a record also names
 record trained elsewhere (cells run on a lent GPU, their records committed) stands in for the same
 config on this machine: ``recorded_devices`` lists the devices in a records directory, the plan
 computes each run's key there (``RunSpec.keys_elsewhere``) and ``find_record`` takes this device's
-record first. Records written before the field existed were all trained on CPU.
+record first. Records written before the field existed were all trained on CPU. Training precision
+works the same way: a run trained under ``reproduce --bf16`` has a key of its own, and records at
+either precision stand in for the other's (``plan.stand_in_keys``).
 """
 from __future__ import annotations
 

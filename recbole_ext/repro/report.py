@@ -24,6 +24,7 @@ class RunInfo:
     command: str
     budget: str
     seeds: int
+    bf16: bool
     hardware: str
     date: str
     wall_time_s: float
@@ -84,7 +85,9 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     if table.training:
         out.write(f"- paper budget: {', '.join(f'{k}={v}' for k, v in table.training.items())}\n")
     out.write(f"- command: `{info.command}`\n")
-    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; hardware: {info.hardware}; date: {info.date}; "
+    precision = "bf16 autocast (--bf16; evaluation in fp32)" if info.bf16 else "fp32"
+    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; training precision: {precision}; "
+              f"hardware: {info.hardware}; date: {info.date}; "
               f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
               f"{info.failed} failed)\n")
     if table.scale != 1:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
-from recbole_ext.repro.records import find_record, record_device, record_values
+from recbole_ext.repro.records import find_record, record_values
 from recbole_ext.repro.tables import Metric, Table
 
 
@@ -103,9 +103,9 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
-            elsewhere = sorted({record_device(record) for spec, record in found
+            elsewhere = sorted({spec.where(record["key"]) for spec, record in found
                                 if record and record["key"] != spec.key})
-            if elsewhere:  # the table's hardware line names this machine: say where these ran
+            if elsewhere:  # the table's hardware and precision lines are this call's: say how these ran
                 reason = f"trained on {', '.join(elsewhere)}"
         for index, metric in enumerate(table.metrics):
             published = cell.row.published.get(cell.column.label, (None,) * len(table.metrics))[index]

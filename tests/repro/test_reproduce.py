@@ -242,6 +242,11 @@ def test_a_key_added_later_keeps_cached_cells_at_its_former_value():
     # a speed-only switch (same outputs and random stream) never changes a key, whatever its value
     assert cache_key(Resolved(prune_unread_states=True), "cpu", memo) == before
     assert cache_key(Resolved(prune_unread_states=False), "cpu", memo) == before
+    # bf16 written out at its default is the default; bf16 on is another run, its key asked for by value
+    assert cache_key(Resolved(bf16=False), "cpu", memo) == before
+    assert cache_key(Resolved(bf16=True), "cpu", memo) != before
+    assert cache_key(Resolved(), "cpu", memo, bf16=True) == cache_key(Resolved(bf16=True), "cpu", memo)
+    assert cache_key(Resolved(bf16=True), "cpu", memo, bf16=False) == before
 
 
 def test_records_rebuilt_from_a_table_csv_give_the_same_table(reproduction, tmp_path, monkeypatch):
@@ -292,8 +297,8 @@ def test_records_trained_on_another_device_stand_in_and_say_where(reproduction, 
             (clone / "records" / f"{spec_there.key}.json").write_text(json.dumps(record))
     # the plan of this machine finds them under their key on the GPU
     replanned = plan_table(table, out / "runs", device="cpu", other_devices=["cpu", gpu], **plan)
-    assert [spec.keys_elsewhere for cell in replanned for spec in cell.runs] == \
-        [{gpu: spec.key} for cell in there for spec in cell.runs]
+    assert [spec.keys_elsewhere[gpu] for cell in replanned for spec in cell.runs] == \
+        [spec.key for cell in there for spec in cell.runs]
     argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
     monkeypatch.setattr(execute, "execute_run", must_not_run)
     assert main(argv) == 0  # execute_run raised if a GPU-recorded run were trained again here
@@ -303,6 +308,48 @@ def test_records_trained_on_another_device_stand_in_and_say_where(reproduction, 
     with open(clone / "tiny_table.quick.csv") as handle:
         done = [line for line in csv.DictReader(handle) if line["status"] == "done" and line["dataset"] == "Tiny"]
     assert done and all(line["reason"] == f"trained on {gpu}" for line in done)
+
+
+def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction, tmp_path, monkeypatch):
+    """``--bf16`` trains under autocast, under keys of their own; a table at either precision takes
+    the other's finished runs (labelled beside each) instead of training them again."""
+    from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.tables import load_table
+
+    out = reproduction["out"]
+    table = load_table(reproduction["argv"][1])
+    plan = dict(models=["base", "sinusoidal", "future"], budget="quick", device="cpu")
+    fp32 = [spec for cell in plan_table(table, out / "runs", **plan) for spec in cell.runs]
+    bf16 = [spec for cell in plan_table(table, out / "runs", bf16=True, **plan) for spec in cell.runs]
+    assert fp32 and all(spec.values.get("bf16") for spec in bf16)
+    assert not any(a.key == b.key for a, b in zip(fp32, bf16))
+    assert [spec.keys_elsewhere for spec in bf16] == [{"cpu in fp32": spec.key} for spec in fp32]
+    assert [spec.keys_elsewhere for spec in fp32] == [{"cpu with bf16 autocast": spec.key} for spec in bf16]
+    argv = lambda clone: [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
+
+    # fp32 records fill a --bf16 table: nothing trains, each cell says how its runs trained
+    with monkeypatch.context() as patch:
+        patch.setattr(execute, "execute_run", must_not_run)
+        shutil.copytree(out / "records", tmp_path / "fp32" / "records")
+        assert main(argv(tmp_path / "fp32") + ["--bf16"]) == 0
+    assert table_lines(tmp_path / "fp32") == table_lines(out)
+    markdown = (tmp_path / "fp32" / "tiny_table.quick.md").read_text()
+    assert "training precision: bf16 autocast (--bf16; evaluation in fp32)" in markdown
+    assert "--bf16" in markdown.split("- command:", 1)[1].splitlines()[0]
+    assert "| done (trained on cpu in fp32) |" in markdown
+
+    # a --bf16 run really trains under autocast; its record then fills the fp32 table
+    bf16_out = tmp_path / "bf16"
+    assert main([*argv(bf16_out)[:-4], "--models", "base", "--bf16"]) == 0
+    (run_dir,) = [p for p in (bf16_out / "runs").iterdir()]
+    assert run_dir.name == bf16[0].key
+    assert "bf16: true" in (run_dir / "config.yaml").read_text()
+    with monkeypatch.context() as patch:
+        patch.setattr(execute, "execute_run", must_not_run)
+        assert main([*argv(bf16_out)[:-4], "--models", "base"]) == 0
+    markdown = (bf16_out / "tiny_table.quick.md").read_text()
+    assert "training precision: fp32" in markdown
+    assert "| done (trained on cpu with bf16 autocast) |" in markdown
 
 
 def test_a_serial_run_announces_the_log_that_follows_its_epochs(tmp_path, monkeypatch):
