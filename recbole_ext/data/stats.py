@@ -35,9 +35,12 @@ class DatasetFiles:
         return str(self.sibling("{" + ",".join(self.splits) + "}.inter")) if self.splits else str(self.inter[0])
 
 
-def locate_dataset(name: str | os.PathLike, data_path: str | os.PathLike = "dataset_atomic") -> DatasetFiles:
+def locate_dataset(name: str | os.PathLike, data_path: str | os.PathLike = "dataset_atomic",
+                   how_to_fix: str = "convert the dataset first ('recbole-ext data convert') or pass --data-path",
+                   ) -> DatasetFiles:
     """``NAME`` (under ``data_path``), a dataset folder, or an ``.inter`` file -> its interaction files:
-    ``NAME.inter``, or the benchmark files ``NAME.<split>.inter`` of an already split dataset."""
+    ``NAME.inter``, or the benchmark files ``NAME.<split>.inter`` of an already split dataset.
+    ``how_to_fix`` ends the error when there are none (the caller knows the exact command)."""
     candidate = Path(name)
     if candidate.is_file():
         return DatasetFiles(candidate.name.removesuffix(".inter"), (candidate,))
@@ -49,8 +52,7 @@ def locate_dataset(name: str | os.PathLike, data_path: str | os.PathLike = "data
     parts = {path.name[len(dataset) + 1:-len(".inter")]: path
              for path in directory.glob(f"{glob.escape(dataset)}.*.inter")} if directory.is_dir() else {}
     if not parts:
-        raise DataFormatError(f"{plain}: no such file (nor benchmark files {dataset}.<split>.inter); convert the "
-                              f"dataset first ('recbole-ext data convert') or pass --data-path")
+        raise DataFormatError(f"{plain}: no such file (nor benchmark files {dataset}.<split>.inter); {how_to_fix}")
     splits = sorted(parts, key=lambda split: (BENCHMARK_SPLITS.index(split) if split in BENCHMARK_SPLITS
                                               else len(BENCHMARK_SPLITS), split))
     return DatasetFiles(dataset, tuple(parts[split] for split in splits), tuple(splits))

@@ -210,9 +210,9 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         if column.config:
             data_path = load_config_chain(find_config_file(column.config)).values.get("data_path") or data_path
         try:
-            locate_dataset(column.preset, data_path)
+            locate_dataset(column.preset, data_path, how_to_create(column.preset))
         except DataFormatError as error:
-            return Cell(row, column, "missing-data", f"{error}; {how_to_create(column.preset)}")
+            return Cell(row, column, "missing-data", str(error))
         return Cell(row, column, "statistics", data_path=data_path)
     if row.pending:
         return Cell(row, column, "pending", row.pending, data_label=data_label)

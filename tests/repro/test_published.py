@@ -127,6 +127,19 @@ def test_bad_table_files_fail_with_the_entry_at_fault(tmp_path):
         parse_table({**base, "colums": {}}, tmp_path / "t.yaml")
 
 
+def test_a_statistics_cell_without_files_names_the_conversion_command_once(tmp_path, monkeypatch):
+    """The missing-data line of a statistics cell is the files and the exact command, nothing else."""
+    monkeypatch.chdir(tmp_path)  # the column's config reads dataset_atomic/ here: nothing converted
+    table = load_table("denoiser-t1")
+    column = next(c for c in table.columns if c.preset == "denoiser-beauty")
+    cell = plan_cell(table, table.rows[0], column, [2020], "paper", tmp_path, "cpu")
+    assert cell.state == "missing-data"
+    assert cell.reason == ("dataset_atomic/denoiser-beauty/denoiser-beauty.inter: no such file (nor benchmark files "
+                           "denoiser-beauty.<split>.inter); create them with: recbole-ext data convert --preset "
+                           "denoiser-beauty --format amazon-ratings|atomic --input ratings_Beauty.csv "
+                           "(see configs/datasets/denoiser-beauty.yaml and README 'Datasets')")
+
+
 _MEMO: dict = {}  # dataset checks shared by all resolution tests (ML-1M is read once)
 
 
