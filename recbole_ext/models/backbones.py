@@ -91,6 +91,9 @@ class Backbone(nn.Module):
     # Whether the representation of a row already reads the row's candidate item (CTR backbones),
     # so rows that differ only in the candidate cannot share one encoding (models/repeated_rows.py).
     encodes_candidate = False
+    # Whether ``user_representation`` is the encoder's state at the read position ([B, hidden_size]),
+    # which contrastive views compare with the main pass's state (``AuxLoss.compares_user_representations``).
+    represents_users_by_state = True
     flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
 
     def __init__(self, options, model: nn.Module, config):
@@ -107,6 +110,10 @@ class Backbone(nn.Module):
     def check_config(cls, values) -> Iterator[tuple[str, str]]:
         """(key, problem) pairs for config values this backbone cannot use, found before data loads."""
         return iter(())
+
+    def item_embedding_size(self, dims) -> int:
+        """Width of the model's item embeddings: the hidden size, unless the input concatenates more."""
+        return dims.hidden_size
 
     def reset_model_parameters(self, model) -> None:
         """Re-initialise the model after RecBole's normal init and before parts' own resets."""
@@ -165,22 +172,28 @@ class CausalNextItem(Backbone):
     def encode_last(self, model, interaction) -> tuple[torch.Tensor, EncoderOutput]:
         return self.encode_positions(model, interaction, interaction[model.ITEM_SEQ_LEN] - 1)
 
+    def training_view(self, model, interaction, targets: torch.Tensor):
+        """The batch as the encoder sees it in training, and the targets ([B, L] on windows, [B] on
+        prefixes): unchanged here; SSE-PT swaps some ids (models/backbone_ssept.py)."""
+        return interaction, targets
+
     def training_loss(self, model, interaction):
+        lengths = interaction[model.ITEM_SEQ_LEN]
         if model.trains_on_windows:
-            states, output = self.encode_positions(model, interaction, None)
-            targets = next_item_targets(interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN],
-                                        interaction[model.POS_ITEM_ID])
-            real = targets > 0
-            states, positive = states[real], targets[real]
-            negative = None
-            if model.loss_type in ("BPR", "BCE"):
-                users = interaction[model.USER_ID][:, None].expand_as(targets)[real]
-                negative = model.window_negatives.sample(users)
+            targets = next_item_targets(interaction[model.ITEM_SEQ], lengths, interaction[model.POS_ITEM_ID])
         else:
-            states, output = self.encode_last(model, interaction)
-            positive = interaction[model.POS_ITEM_ID]
-            negative = interaction[model.NEG_ITEM_ID] if model.loss_type in ("BPR", "BCE") else None
-        return self.next_item_loss(model, states, positive, negative), output
+            targets = interaction[model.POS_ITEM_ID]
+        view, targets = self.training_view(model, interaction, targets)
+        states, output = self.encode_positions(model, view, None if model.trains_on_windows else lengths - 1)
+        negative = None  # drawn for the user's own history, whatever the view shows
+        if model.trains_on_windows:
+            real = targets > 0
+            states, targets = states[real], targets[real]
+            if model.loss_type in ("BPR", "BCE"):
+                negative = model.window_negatives.sample(interaction[model.USER_ID][:, None].expand_as(real)[real])
+        elif model.loss_type in ("BPR", "BCE"):
+            negative = interaction[model.NEG_ITEM_ID]
+        return self.next_item_loss(model, states, targets, negative), output
 
     def next_item_loss(self, model, states: torch.Tensor, positive: torch.Tensor,
                        negative: torch.Tensor | None) -> torch.Tensor:
@@ -195,8 +208,8 @@ class CausalNextItem(Backbone):
             return sampled_cosine_info_nce(states, model.item_embedding(positive), model.item_embedding(pool),
                                            self.info_nce_log_scale, self.info_nce_threshold)
         # Logits include the padding row 0, exactly as RecBole's SASRec (it is never a target), and
-        # leave out a [MASK] row (CL4SRec's), which is no item.
-        return F.cross_entropy(states @ model.item_embedding.weight[: model.n_items].T, positive)
+        # leave out a [MASK] row (CL4SRec's), which is no item (``score_all``).
+        return F.cross_entropy(self.score_all(model, states), positive)
 
     def user_representation(self, model, interaction):
         return self.encode_last(model, interaction)[0]

@@ -97,6 +97,11 @@ class SeqTransformer(SequentialRecommender):
         yield from BACKBONE.get(backbone.name).check_config(values)
         if values["loss_type"] == "InfoNCE" and not BACKBONE.get(backbone.name).takes_info_nce:
             yield "loss_type", f"InfoNCE trains next-item backbones (HLLM's SASRec), not {backbone.name!r}"
+        if not BACKBONE.get(backbone.name).represents_users_by_state:
+            for spec in parse_aux_losses(values["aux_losses"], "aux_losses"):
+                if AUX_LOSS.get(spec.part.name).compares_user_representations:
+                    yield "aux_losses", (f"aux loss {spec.part.name!r} compares user representations as encoder states; "
+                                         f"backbone {backbone.name!r} represents users otherwise (its scores read a user embedding)")
         if values["training_samples"] == "windows":
             if not BACKBONE.get(backbone.name).trains_on_windows:
                 yield "training_samples", f"windows need a next-item or cloze backbone, not {backbone.name!r} (use prefixes)"
@@ -112,6 +117,7 @@ class SeqTransformer(SequentialRecommender):
 
     def __init__(self, config, dataset):
         super().__init__(config, dataset)
+        self.n_users = dataset.num(self.USER_ID)  # backbones with user embeddings (SSE-PT) size them by it
         self.loss_type = config["loss_type"]
         self.initializer_range = config["initializer_range"]
         self.dims = TransformerDims.from_config(config, self.max_seq_length)
@@ -123,7 +129,8 @@ class SeqTransformer(SequentialRecommender):
         # One [MASK] row (n_items) serves every part that asks for it: they all mean "an item hidden here".
         extra_tokens = max([self.backbone.extra_tokens,
                             *(AUX_LOSS.get(spec.part.name).extra_tokens(spec.part.options) for spec in self.aux_specs)])
-        self.item_embedding = nn.Embedding(self.n_items + extra_tokens, self.dims.hidden_size, padding_idx=0)
+        self.item_embedding = nn.Embedding(self.n_items + extra_tokens, self.backbone.item_embedding_size(self.dims),
+                                           padding_idx=0)
         self.position = POSITION.build(parse_part_spec(POSITION, config["position"], "position"), self.dims)
         self.input_norm = nn.LayerNorm(self.dims.hidden_size, eps=self.dims.layer_norm_eps)
         self.input_dropout = Dropout(self.dims.hidden_dropout_prob, self.dims.dropout_impl)

@@ -47,6 +47,9 @@ class AuxLoss(nn.Module):
     # window (``training_samples: windows``): losses built on one target and one representation per
     # training row (contrastive views, same-target positives) do not.
     works_on_windows = False
+    # Whether the loss compares ``backbone.user_representation`` outputs with encoder states
+    # (contrastive views): backbones whose representation is no state refuse it at config time.
+    compares_user_representations = False
 
     # Optional: ``bind_dataset(self, model, dataset)`` is called once with RecBole's training
     # dataset, for losses that precompute from it (e.g. same-target positives).

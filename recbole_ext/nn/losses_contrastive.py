@@ -54,6 +54,7 @@ def info_nce(first: torch.Tensor, second: torch.Tensor, temperature: float, simi
 class ViewLoss(AuxLoss):
     exact_under_trailing_trim = True  # views are states at the last real position
     reads_every_final_state = False  # the main view is the backbone's own read (output.at)
+    compares_user_representations = True
     """A loss on two views; owns (or shares with a sibling loss) the same-target sampler."""
 
     @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class AugmentedViewsContrastive(AuxLoss):
 
     exact_under_trailing_trim = True  # views are drawn at the full length and encoded on their own
     reads_every_final_state = False  # it never reads the main pass
+    compares_user_representations = True
 
     @dataclass(frozen=True)
     class Options:

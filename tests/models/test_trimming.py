@@ -39,6 +39,11 @@ AUX_CASES = {
     "jacobian_penalty": {},
     "augmented_contrastive": {},
 }
+# Backbones whose defaults do not fit SIZES, or draw what the test cannot replay (CORE's dropouts).
+BACKBONE_CASES = {
+    "core": {"backbone": "core", "sess_dropout": 0.0, "item_dropout": 0.0},
+    "ssept": {"backbone": "{type: ssept, user_size: 8}"},  # SSE swaps on: drawn at the full width
+}
 # Backbones for labeled (CTR) data have no full ranking: tests/models/test_backbone_ctr.py checks
 # their trimming and pruning on labeled batches.
 LABELED_BACKBONES = {"ctr"}
@@ -49,8 +54,8 @@ CASES = (
     + [pytest.param({"attention": "{type: linrec, mask: causal}"}, id="attention-linrec-causal")]
     + [pytest.param({"position": name}, id=f"position-{name}") for name in POSITION.names()]
     + [pytest.param({"position": "{type: cape, gate_mask: strict}"}, id="position-cape-strict")]
-    + [pytest.param({"backbone": name, **({"sess_dropout": 0.0, "item_dropout": 0.0} if name == "core" else {})},
-                    id=f"backbone-{name}") for name in BACKBONE.names() if name not in LABELED_BACKBONES]
+    + [pytest.param(BACKBONE_CASES.get(name, {"backbone": name}), id=f"backbone-{name}")
+       for name in BACKBONE.names() if name not in LABELED_BACKBONES]
     + [pytest.param({**settings, "aux_losses": f"[{{type: {name}, weight: 0.5}}]"}, id=f"aux-{name}")
        for name, settings in AUX_CASES.items()]
     # every position a target (models/window_targets.py); BCE draws a negative per real position
@@ -58,7 +63,9 @@ CASES = (
        pytest.param({"training_samples": "windows", "backbone": "bert4rec"}, id="windows-cloze"),
        pytest.param({"training_samples": "windows", "loss_type": "BCE", "attention": "denoiser",
                      "aux_losses": "[{type: mask_gradient}, {type: jacobian_penalty, weight: 0.5}]"},
-                    id="windows-bce-denoiser")]
+                    id="windows-bce-denoiser"),
+       pytest.param({"training_samples": "windows", "loss_type": "BCE", **BACKBONE_CASES["ssept"]},
+                    id="windows-bce-ssept")]
 )
 
 
