@@ -68,6 +68,8 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
     measure = {"device": device_label(),
                # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
                "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
+    if resolved.values.get("bf16"):  # fp32 runs say nothing, as every run measured before --bf16
+        measure["training_precision"] = "bf16 autocast"
     text = json.dumps(measure, indent=1).encode()
     atomic_write_bytes(result.run_dir / MEASURE_FILE, lambda handle: handle.write(text))
     return result.run_dir

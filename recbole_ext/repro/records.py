@@ -59,11 +59,14 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     timing = {key_: _mean_after_warmup([entry.get(field) for entry in history]) for key_, field in TIMING_KEYS.items()}
     measure = json.loads((run_dir / MEASURE_FILE).read_text())
-    return {"format": RECORD_FORMAT, "key": key, "source": f"run directory {_shown(run_dir)}",
-            "device": as_device_label(measure.get("device", "cpu")),
-            "recorded": time.strftime("%Y-%m-%d %H:%M"), "test": metrics.get("test") or {},
-            "timing": {k: v for k, v in timing.items() if v is not None},
-            "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
+    record = {"format": RECORD_FORMAT, "key": key, "source": f"run directory {_shown(run_dir)}",
+              "device": as_device_label(measure.get("device", "cpu")),
+              "recorded": time.strftime("%Y-%m-%d %H:%M"), "test": metrics.get("test") or {},
+              "timing": {k: v for k, v in timing.items() if v is not None},
+              "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
+    if "training_precision" in measure:  # for readers of the file; the key tells the plan already
+        record["training_precision"] = measure["training_precision"]
+    return record
 
 
 def _shown(path: Path) -> str:

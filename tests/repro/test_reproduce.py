@@ -344,6 +344,9 @@ def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction
     (run_dir,) = [p for p in (bf16_out / "runs").iterdir()]
     assert run_dir.name == bf16[0].key
     assert "bf16: true" in (run_dir / "config.yaml").read_text()
+    record = json.loads((bf16_out / "records" / f"{run_dir.name}.json").read_text())
+    assert record["training_precision"] == "bf16 autocast"
+    assert not any("training_precision" in json.loads(p.read_text()) for p in (out / "records").glob("*.json"))
     with monkeypatch.context() as patch:
         patch.setattr(execute, "execute_run", must_not_run)
         assert main([*argv(bf16_out)[:-4], "--models", "base"]) == 0
