@@ -161,6 +161,9 @@ class RunTrainerMixin:
     def _train_epoch(self, train_data, epoch_idx, loss_func=None, show_progress=False):
         """RecBole's epoch, with per-term sums kept on device (no host sync per step) and bf16."""
         self.model.train()
+        begin = getattr(self.model, "start_training_epoch", None)  # parts that refresh per epoch (SeqTransformer)
+        if callable(begin):
+            begin(epoch_idx)
         loss_func = loss_func or self.training_loss
         if self.length_bucketing:
             train_data = BucketedEpoch(train_data, self.length_bucketing, self.config["ITEM_LIST_LENGTH_FIELD"])

@@ -234,6 +234,14 @@ class SeqTransformer(SequentialRecommender):
             return self.backbone.window_target_count(self, interaction)
         return len(interaction)
 
+    def start_training_epoch(self, epoch: int) -> None:
+        """Called by the trainer before each training epoch (a resumed run's first one included):
+        parts with a ``start_training_epoch(model, epoch)`` method refresh what they derive from the
+        model (CoSeRec's hybrid item neighbours)."""
+        for module in self.modules():
+            if module is not self and callable(getattr(module, "start_training_epoch", None)):
+                module.start_training_epoch(self, epoch)
+
     def training_statistics(self) -> dict[str, dict[str, float]]:
         """Per-part diagnostics after a training epoch, by module name: every part with a
         ``training_statistics(causal)`` method (e.g. Rec-Denoiser's masks). The trainer logs them

@@ -48,6 +48,17 @@ def next_item_targets(item_seq: torch.Tensor, lengths: torch.Tensor, last_target
     return targets
 
 
+def training_history(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """(users, items) of every training interaction, from RecBole's (prefix) training dataset: every
+    row's target, plus each row's first item, which covers the one item of a user that is never a
+    target (their first). Pairs may repeat."""
+    features = dataset.inter_feat
+    users = features[dataset.uid_field]
+    first_items = features[dataset.item_id_list_field][:, 0]
+    real = first_items > 0
+    return torch.cat([users, users[real]]), torch.cat([features[dataset.iid_field], first_items[real]])
+
+
 class HistoryExcludingNegatives(nn.Module):
     """Uniform negatives from items 1..n_items−1 that the user did not interact with in training.
 
@@ -63,13 +74,8 @@ class HistoryExcludingNegatives(nn.Module):
 
     @classmethod
     def from_training_rows(cls, dataset, n_items: int) -> "HistoryExcludingNegatives":
-        """From RecBole's (prefix) training dataset: every row's target, plus each row's first item,
-        which covers the one item of a user that is never a target (their first)."""
-        features = dataset.inter_feat
-        users = features[dataset.uid_field]
-        first_items = features[dataset.item_id_list_field][:, 0]
-        real = first_items > 0
-        return cls(torch.cat([users, users[real]]), torch.cat([features[dataset.iid_field], first_items[real]]), n_items)
+        """From RecBole's (prefix) training dataset (``training_history``)."""
+        return cls(*training_history(dataset), n_items)
 
     def contains(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """Whether each (user, item) pair is in the training history."""

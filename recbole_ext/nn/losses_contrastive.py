@@ -18,6 +18,7 @@ CL4SRec's views are data-level instead: two random augmentations (crop, mask, re
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +29,7 @@ from torch import nn
 from recbole_ext.errors import ConfigError
 from recbole_ext.nn.context import EncoderOutput
 from recbole_ext.nn.losses import AUX_LOSS, AuxLoss
-from recbole_ext.nn.sequence_augmentation import OPERATIONS, Operation, augment
+from recbole_ext.nn.sequence_augmentation import OPERATIONS, SIMILARITY_OPERATIONS, Operation, augment
 
 Pair = Literal["dropout_positive", "main_dropout", "main_positive"]
 VIEW_RECORD = "same_target_views"  # key in the main pass's records: {view name: [B, D]}
@@ -134,15 +135,22 @@ class FrequencyRegularizer(ViewLoss):
 @AUX_LOSS.register("augmented_contrastive")
 class AugmentedViewsContrastive(AuxLoss):
     """CL4SRec's contrastive task (Xie et al., ICDE 2022): InfoNCE between two random augmentations
-    of each training sequence, each encoded like a user and read at its last real position.
+    of each training sequence, each encoded like a user and read at its last real position. With
+    ``substitute``/``insert`` among the operations it is CoSeRec's (Liu et al., 2021), whose
+    neighbour table is ItemCF-IUF over the training data, switched to the hybrid of ItemCF-IUF and
+    the model's own item embeddings after ``hybrid_after_epoch`` epochs (``models/item_similarity.py``).
 
     The negatives are the other 2B − 2 views of the batch (NT-Xent, :func:`info_nce`). The [MASK]
-    token is item-embedding row ``n_items``, the row BERT4Rec's cloze token uses.
+    token is item-embedding row ``n_items``, the row BERT4Rec's cloze token uses (CoSeRec's code
+    masks with the padding id 0 instead). ``view: sequence`` compares the states of every position,
+    aligned at the latest item and flattened, as CoSeRec's code does (its padded positions count
+    there; ours are zeros).
     """
 
     exact_under_trailing_trim = True  # views are drawn at the full length and encoded on their own
     reads_every_final_state = False  # it never reads the main pass
     compares_user_representations = True
+    works_on_windows = True  # each row's sequence is augmented, a prefix or a user's window alike (CoSeRec's)
 
     @dataclass(frozen=True)
     class Options:
@@ -150,24 +158,38 @@ class AugmentedViewsContrastive(AuxLoss):
         crop_ratio: float = 0.2  # η: share of the items a crop keeps
         mask_ratio: float = 0.7  # γ: share of the items masked
         reorder_ratio: float = 0.2  # β: share of the items in the shuffled run
+        substitute_ratio: float = 0.1  # α: share of the items substituted (at least one)
+        insert_ratio: float = 0.4  # ρ: share of the items that get a similar item inserted before them (at least one)
+        short_length: int = 0  # sequences of at most this many items draw from short_operations (CoSeRec's augment_threshold; 0: off)
+        short_operations: list[Operation] = ("insert", "substitute", "mask")  # CoSeRec's "SIM"
+        hybrid_after_epoch: int | None = None  # after this epoch, neighbours from ItemCF-IUF and the item embeddings (CoSeRec: 160)
+        view: Literal["last", "sequence"] = "last"  # last: the state that scores items (CL4SRec); sequence: every state (CoSeRec)
         temperature: float = 1.0  # τ
         similarity: Literal["dot", "cos"] = "dot"
 
         def validate(self):
-            if not self.operations:
-                return "operations must name at least one of crop, mask, reorder"
-            if len(set(self.operations)) != len(self.operations):
-                return f"operations must not repeat, got {list(self.operations)}"
-            for name in ("crop_ratio", "mask_ratio", "reorder_ratio"):
+            for name in ("operations", "short_operations"):
+                if not getattr(self, name):
+                    return f"{name} must name at least one of {', '.join(typing.get_args(Operation))}"
+                if len(set(getattr(self, name))) != len(getattr(self, name)):
+                    return f"{name} must not repeat, got {list(getattr(self, name))}"
+            for name in ("crop_ratio", "mask_ratio", "reorder_ratio", "substitute_ratio", "insert_ratio"):
                 if not 0.0 <= getattr(self, name) <= 1.0:
                     return f"{name} must be in [0, 1], got {getattr(self, name)}"
+            if self.short_length < 0:
+                return f"short_length must be >= 0, got {self.short_length}"
+            if self.hybrid_after_epoch is not None and self.hybrid_after_epoch < 0:
+                return f"hybrid_after_epoch must be >= 0 or null, got {self.hybrid_after_epoch}"
             if self.temperature <= 0:
                 return f"temperature must be > 0, got {self.temperature}"
             return None
 
+        def used_operations(self) -> tuple[Operation, ...]:
+            return (*self.operations, *(self.short_operations if self.short_length > 0 else ()))
+
     @classmethod
     def extra_tokens(cls, options) -> int:
-        return 1 if "mask" in options.operations else 0
+        return 1 if "mask" in options.used_operations() else 0
 
     def __init__(self, options, model: nn.Module):
         super().__init__(options, model)
@@ -175,13 +197,57 @@ class AugmentedViewsContrastive(AuxLoss):
             raise ConfigError(f"aux loss 'augmented_contrastive' cannot augment the sequences of backbone "
                               f"{type(model.backbone).__name__}: it reads more per position than item ids "
                               "(use backbone sasrec, bert4rec or core)")
-        self.ratios = {"crop": options.crop_ratio, "mask": options.mask_ratio, "reorder": options.reorder_ratio}
+        if options.view == "sequence" and not hasattr(model.backbone, "encode_positions"):
+            raise ConfigError(f"aux loss 'augmented_contrastive': view 'sequence' reads the states of every position, "
+                              f"which backbone {type(model.backbone).__name__} does not give (use view: last)")
+        self.ratios = {"crop": options.crop_ratio, "mask": options.mask_ratio, "reorder": options.reorder_ratio,
+                       "substitute": options.substitute_ratio, "insert": options.insert_ratio}
+        self.uses_neighbours = any(op in SIMILARITY_OPERATIONS for op in options.used_operations())
+        self.offline_neighbours = None
+        # Data, rebuilt at every build (and the hybrid at every epoch): not state to save.
+        self.register_buffer("neighbours", torch.zeros(0, dtype=torch.long), persistent=False)
+
+    def bind_dataset(self, model, dataset) -> None:
+        if not self.uses_neighbours:
+            return
+        # models/ knows RecBole's dataset; imported here so nn/ stays free of RecBole at import time.
+        from recbole_ext.models.item_similarity import itemcf_iuf_of_dataset
+
+        self.offline_neighbours = itemcf_iuf_of_dataset(dataset, model.n_items)
+        self.neighbours = self.offline_neighbours[0].to(self.neighbours.device)
+
+    def start_training_epoch(self, model, epoch: int) -> None:
+        """CoSeRec's warm-up: after ``hybrid_after_epoch`` epochs the neighbours mix in the model's
+        item embeddings, recomputed at the start of every later epoch."""
+        after = self.options.hybrid_after_epoch
+        if not self.uses_neighbours or after is None or epoch <= after or self.offline_neighbours is None:
+            return
+        from recbole_ext.models.item_similarity import embedding_neighbours, hybrid
+
+        online = embedding_neighbours(model.item_embedding.weight.detach(), model.n_items)
+        self.neighbours = hybrid(self.offline_neighbours, online)
+
+    def view_of(self, model, batch) -> torch.Tensor:
+        if self.options.view == "last":
+            return model.backbone.user_representation(model, batch)
+        states, _ = model.backbone.encode_positions(model, batch, None)  # [B, W, D], left-aligned
+        lengths = batch[model.ITEM_SEQ_LEN]
+        full = model.max_seq_length
+        # Right-aligned at the full length, padding zero: views of any width compare position by recency.
+        source = torch.arange(full, device=states.device)[None, :] - (full - lengths)[:, None]
+        real = source >= 0
+        states = F.pad(states, (0, 0, 0, full - states.size(1)))  # a trimmed batch is narrower
+        aligned = states.gather(1, source.clamp(min=0)[:, :, None].expand(-1, -1, states.size(-1)))
+        return (aligned * real[:, :, None].to(aligned.dtype)).flatten(1)
 
     def forward(self, model, interaction, output: EncoderOutput) -> torch.Tensor:
         views = []
         for _ in range(2):
             item_seq, lengths = augment(interaction[model.ITEM_SEQ], interaction[model.ITEM_SEQ_LEN],
-                                        self.options.operations, self.ratios, model.n_items, model.max_seq_length)
+                                        self.options.operations, self.ratios, model.n_items, model.max_seq_length,
+                                        similar=self.neighbours if self.uses_neighbours else None,
+                                        short_length=self.options.short_length,
+                                        short_operations=self.options.short_operations)
             batch = model.trimmed({model.ITEM_SEQ: item_seq, model.ITEM_SEQ_LEN: lengths})
-            views.append(model.backbone.user_representation(model, batch))
+            views.append(self.view_of(model, batch))
         return info_nce(*views, self.options.temperature, self.options.similarity)

@@ -67,3 +67,54 @@ def test_one_epoch_trains_and_logs_each_term(in_tmp):
     assert set(history[0]["train_loss"]) == {"main", "augmented_contrastive", "total"}
     assert all(value == value for value in history[0]["train_loss"].values())  # no NaN
     assert result.test_result["ndcg@10"] >= 0
+
+
+def test_coserec_trains_on_windows_with_its_robust_augmentations(in_tmp):
+    result = run(TINY_DATA, ["model=CoSeRec", "epochs=2", "hidden_size=16", "inner_size=32"])
+    history = json.loads((result.run_dir / "history.json").read_text())
+    assert len(history) == 2 and all(torch.isfinite(torch.tensor(list(e["train_loss"].values()))).all() for e in history)
+    assert 0 <= result.test_result["ndcg@10"] <= 1
+
+
+def test_coserec_neighbours_turn_hybrid_after_the_warm_up_epoch(in_tmp):
+    """ItemCF-IUF neighbours from the training data, then, from the epoch after ``hybrid_after_epoch``
+    on, mixed with the item embeddings' at the start of every epoch (the trainer calls the hook)."""
+    from recbole_ext.models.item_similarity import embedding_neighbours, hybrid, itemcf_iuf_of_dataset
+
+    model, _, _ = build(tiny_recbole_config(
+        "CoSeRec", **SMALL, aux_losses="[{type: augmented_contrastive, operations: [substitute, insert], "
+                                       "hybrid_after_epoch: 1}]"))
+    loss = model.aux_losses[0]
+    prefixes = build(tiny_recbole_config("SeqTransformer", **SMALL))[2][0]._dataset  # every training interaction
+    offline = itemcf_iuf_of_dataset(prefixes, model.n_items)
+    assert torch.equal(loss.neighbours, offline[0]) and (offline[0] > 0).sum() > 0.5 * model.n_items
+    model.start_training_epoch(1)
+    assert torch.equal(loss.neighbours, offline[0])  # still warming up
+    model.start_training_epoch(2)
+    expected = hybrid(offline, embedding_neighbours(model.item_embedding.weight.detach(), model.n_items))
+    assert torch.equal(loss.neighbours, expected) and not torch.equal(expected, offline[0])
+
+
+def test_the_trainer_starts_every_epoch_through_the_model(in_tmp, monkeypatch):
+    from recbole_ext.models.seq_transformer import SeqTransformer
+
+    seen = []
+    monkeypatch.setattr(SeqTransformer, "start_training_epoch", lambda self, epoch: seen.append(epoch))
+    run(TINY_DATA, ["model=CoSeRec", "epochs=3", "hidden_size=16", "inner_size=32"])
+    assert seen == [0, 1, 2]
+
+
+def test_sequence_views_compare_every_state_aligned_at_the_latest_item(in_tmp):
+    config = tiny_recbole_config("CoSeRec", **SMALL, hidden_dropout_prob=0.0, attn_dropout_prob=0.0)
+    model, _, (train_data, _, _) = build(config)
+    model.eval()
+    loss = model.aux_losses[0]
+    batch = next(iter(train_data))
+    lengths = batch[model.ITEM_SEQ_LEN]
+    with torch.no_grad():
+        view = loss.view_of(model, batch).view(len(batch), model.max_seq_length, -1)
+        states = model.backbone.encode_positions(model, batch, None)[0]
+    row = int(torch.argmin(lengths))
+    n = int(lengths[row])
+    assert torch.allclose(view[row, -n:], states[row, :n], atol=1e-6)
+    assert (view[row, :-n] == 0).all()

@@ -65,7 +65,11 @@ CASES = (
                      "aux_losses": "[{type: mask_gradient}, {type: jacobian_penalty, weight: 0.5}]"},
                     id="windows-bce-denoiser"),
        pytest.param({"training_samples": "windows", "loss_type": "BCE", **BACKBONE_CASES["ssept"]},
-                    id="windows-bce-ssept")]
+                    id="windows-bce-ssept"),
+       # CoSeRec's views: neighbour-based operations, the short-sequence rule, every state compared
+       pytest.param({"training_samples": "windows", "loss_type": "BCE",
+                     "aux_losses": "[{type: augmented_contrastive, weight: 0.5, operations: [crop, substitute, insert], "
+                                   "short_length: 4, view: sequence}]"}, id="windows-coserec")]
 )
 
 

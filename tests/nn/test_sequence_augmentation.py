@@ -6,7 +6,7 @@ import collections
 import pytest
 import torch
 
-from recbole_ext.nn.sequence_augmentation import augment, crop, mask, reorder, share
+from recbole_ext.nn.sequence_augmentation import augment, crop, insert, mask, reorder, share, substitute
 
 MASK = 99
 
@@ -83,3 +83,66 @@ def test_each_view_draws_every_operation_and_trimmed_columns_see_the_same_view()
     trimmed, trimmed_lengths = augment(seq[:, :6], lengths, ["crop", "mask", "reorder"],
                                        {"crop": 0.5, "mask": 0.5, "reorder": 0.5}, MASK, full_length=12)
     assert torch.equal(trimmed, view[:, :6]) and torch.equal(trimmed_lengths, view_lengths)
+
+
+# CoSeRec's substitute and insert: item i's neighbour is i + NEAR in these tables; 0 = none.
+NEAR = 100_000
+
+
+def neighbour_table(none=()):
+    similar = torch.arange(30_000) + NEAR
+    similar[list(none)] = 0
+    return similar
+
+
+def test_substitute_replaces_its_share_of_items_by_their_neighbours_or_random_items():
+    seq, lengths = batch([10, 3, 1])
+    _, scores = draws(3)
+    random_items = torch.full_like(seq, 7)
+    substituted = substitute(seq, lengths, 0.3, neighbour_table(none=[102]), scores, random_items)
+    changed = substituted != seq
+    assert changed.sum(1).tolist() == [3, 1, 1]  # max(⌊0.3·n⌋, 1)
+    expected = torch.where(seq == 102, torch.tensor(7), seq + NEAR)
+    assert torch.equal(substituted[changed], expected[changed])
+    assert (substituted[seq == 0] == 0).all()
+
+
+def test_insert_puts_each_neighbour_before_its_item_and_keeps_the_latest_items():
+    seq, lengths = batch([4, 8], width=10)
+    scores = torch.tensor([[0.1, 0.9, 0.2, 0.8] + [0.5] * 6, [0.0, 0.9, 0.9, 0.9, 0.9, 0.9, 0.1, 0.05, 0.9, 0.9]],
+                          dtype=torch.float64)
+    grown, grown_lengths = insert(seq, lengths, 0.5, neighbour_table(), scores, torch.zeros_like(seq))
+    # row 0: ⌊0.5·4⌋ = 2 items get a neighbour before them, the two lowest scores (positions 0 and 2)
+    assert grown[0, :6].tolist() == [NEAR + 101, 101, 102, NEAR + 103, 103, 104] and grown_lengths[0] == 6
+    # row 1: 4 insertions (positions 0, 6, 7 and 1..5's lowest, 1) make 12 items: the oldest 2 go
+    full = [NEAR + 201, 201, NEAR + 202, 202, 203, 204, 205, 206, NEAR + 207, 207, NEAR + 208, 208]
+    assert grown[1].tolist() == full[2:] and grown_lengths[1] == 10
+    assert (grown[0, 6:] == 0).all()
+
+
+def test_short_sequences_draw_from_their_own_operations():
+    seq, lengths = batch([3] * 100 + [8] * 100, width=12)
+    torch.manual_seed(0)
+    view, view_lengths = augment(seq, lengths, ["crop"], {"crop": 0.5, "substitute": 0.3}, MASK, full_length=12,
+                                 similar=neighbour_table(), short_length=4, short_operations=["substitute"])
+    assert ((view[:100] > NEAR).sum(1) == 1).all() and torch.equal(view_lengths[:100], lengths[:100])  # substituted
+    assert (view_lengths[100:] == 4).all() and (view[100:] < NEAR).all()  # cropped to ⌊0.5·8⌋
+
+
+def test_views_that_insert_are_the_same_for_a_trimmed_batch():
+    seq, lengths = batch([6, 2, 5] * 50, width=12)
+    options = dict(operations=["crop", "substitute", "insert"], ratios={"crop": 0.5, "substitute": 0.3, "insert": 0.5, "mask": 0.5},
+                   mask_token=MASK, full_length=12, similar=neighbour_table(none=[101]), short_length=2,
+                   short_operations=["insert", "mask"])
+    torch.manual_seed(4)
+    view, view_lengths = augment(seq, lengths, **options)
+    torch.manual_seed(4)
+    trimmed, trimmed_lengths = augment(seq[:, :6], lengths, **options)
+    assert torch.equal(trimmed, view) and torch.equal(trimmed_lengths, view_lengths)
+    assert (view_lengths > lengths).any()  # some inserted
+
+
+def test_similarity_operations_need_a_table():
+    seq, lengths = batch([3])
+    with pytest.raises(ValueError, match="item-similarity table"):
+        augment(seq, lengths, ["insert"], {"insert": 0.5}, MASK, full_length=12)
