@@ -47,6 +47,11 @@ def test_a_mask_row_exists_only_when_views_mask_and_is_never_scored(in_tmp, oper
     (["aux_losses=[{type: augmented_contrastive, operations: []}]"], "operations"),
     (["aux_losses=[{type: augmented_contrastive, operations: [crop, crop]}]"], "operations must not repeat"),
     (["aux_losses=[{type: augmented_contrastive, temperature: 0}]"], "temperature"),
+    (["aux_losses=[{type: augmented_contrastive, short_length: -1}]"], "short_length must be >= 0"),
+    (["aux_losses=[{type: augmented_contrastive, short_operations: []}]"], "short_operations must name at least one"),
+    (["aux_losses=[{type: augmented_contrastive, insert_ratio: 2}]"], "insert_ratio must be in"),
+    (["aux_losses=[{type: augmented_contrastive, hybrid_after_epoch: -3}]"], "hybrid_after_epoch must be >= 0"),
+    (["aux_losses=[{type: augmented_contrastive, view: flat}]"], "view"),
 ])
 def test_bad_options_are_one_line_errors_naming_the_option(overrides, needle):
     with pytest.raises(ConfigError, match=needle) as error:
@@ -118,3 +123,10 @@ def test_sequence_views_compare_every_state_aligned_at_the_latest_item(in_tmp):
     n = int(lengths[row])
     assert torch.allclose(view[row, -n:], states[row, :n], atol=1e-6)
     assert (view[row, :-n] == 0).all()
+
+
+def test_sequence_views_need_a_backbone_with_every_state(in_tmp):
+    config = tiny_recbole_config("CoSeRec", **SMALL, backbone="bert4rec", loss_type="CE")
+    with pytest.raises(ConfigError, match="view 'sequence' reads the states of every position.*Cloze") as error:
+        build(config)
+    assert "\n" not in str(error.value)
