@@ -121,9 +121,12 @@ def command_list(args) -> int:
         for cell in cells:
             reason = f": {cell.reason}" if cell.reason else ""
             done = f" ({finished_runs(cell, records)}/{len(cell.runs)} runs finished)" if cell.runs else ""
-            partial = half_trained(cell, records)
+            partial, other_setting = half_trained(cell, records)
             if partial:
                 done = f"{done[:-1]}; unfinished, a rerun resumes it: {'; '.join(partial)})"
+            if other_setting:
+                done = (f"{done[:-1]}; unfinished under another setting, which a rerun with that setting resumes: "
+                        f"{'; '.join(other_setting)})")
             print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{done}{reason}")
         return 0
     memo: dict = {}  # each dataset's files are checked once for all tables

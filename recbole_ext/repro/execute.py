@@ -92,27 +92,39 @@ def finished_runs(cell: Cell, records: Path) -> int:
     return sum(is_cached(spec, records) for spec in cell.runs)
 
 
-def half_trained(cell: Cell, records: Path) -> list[str]:
+def _progress(run_dir: Path) -> str:
+    """'at N epochs, best validation epoch E (score)' from ``history.json``; '' without finished epochs."""
+    try:
+        history = json.loads((run_dir / "history.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    if not history:
+        return ""
+    text = f"at {len(history)} epochs"
+    validated = [entry for entry in history if "valid_score" in entry]
+    if validated:
+        best = max(validated, key=lambda entry: entry["valid_score"])
+        text += f", best validation epoch {best['epoch']} ({best['valid_score']:.4f})"
+    return text
+
+
+def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:
     """For each unfinished run of ``cell`` that has finished epochs (a killed or running paper-budget
-    cell), how far it got: what the next ``reproduce`` resumes from. Read from ``history.json``, so
-    it is silent about a run killed in its first epoch."""
-    progress = []
+    cell), how far it got: ``(this call's runs, which the next reproduce resumes; the same runs
+    half-trained under another of their keys, e.g. started with --bf16, which only a call with that
+    setting resumes)``. Read from ``history.json``, so silent about a run killed in its first epoch."""
+    own, elsewhere = [], []
     for spec in cell.runs:
         if is_cached(spec, records):
             continue
-        try:
-            history = json.loads((run_dir_of(spec) / "history.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if not history:
-            continue
-        text = f"seed {spec.seed} at {len(history)} epochs"
-        validated = [entry for entry in history if "valid_score" in entry]
-        if validated:
-            best = max(validated, key=lambda entry: entry["valid_score"])
-            text += f", best validation epoch {best['epoch']} ({best['valid_score']:.4f})"
-        progress.append(text)
-    return progress
+        progress = _progress(run_dir_of(spec))
+        if progress:
+            own.append(f"seed {spec.seed} {progress}")
+        for label, key in spec.keys_elsewhere.items():
+            progress = _progress(Path(spec.values["output_dir"]) / key)
+            if progress:
+                elsewhere.append(f"seed {spec.seed} {progress} ({label})")
+    return own, elsewhere
 
 
 def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:

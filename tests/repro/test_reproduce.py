@@ -382,3 +382,13 @@ def test_list_says_how_far_an_unfinished_run_got(reproduction, tmp_path, capsys)
     assert main(argv) == 0
     assert (f"(0/1 runs finished; unfinished, a rerun resumes it: seed {cell.runs[0].seed} at 3 epochs, "
             "best validation epoch 1 (0.2500))") in capsys.readouterr().out
+    # the same run started with --bf16: a plain --list names it and the setting that resumes it
+    (bf16_cell,) = [cell for cell in plan_table(load_table(table_file), out / "runs", models=["base"], budget="quick",
+                                                bf16=True) if cell.runs]
+    run_dir.rename(execute.run_dir_of(bf16_cell.runs[0]))
+    assert main(argv) == 0
+    assert (f"(0/1 runs finished; unfinished under another setting, which a rerun with that setting resumes: "
+            f"seed {cell.runs[0].seed} at 3 epochs, best validation epoch 1 (0.2500) (cpu with bf16 autocast))"
+            ) in capsys.readouterr().out
+    assert main([*argv, "--bf16"]) == 0
+    assert "unfinished, a rerun resumes it: seed" in capsys.readouterr().out
