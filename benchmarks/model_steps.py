@@ -2,7 +2,7 @@
 
     python benchmarks/model_steps.py [--device cpu|cuda] [--models SASRec,FEARec,SeqTransformer,...]
                                      [--precision fp32,bf16] [--compile] [--rounds 3] [--settle 5] [--steps 8]
-                                     [--batch 2048] [--length 50] [--json PATH] [--quick]
+                                     [--batch 2048] [--length 50] [--one-process] [--json PATH] [--quick]
 
 ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
 2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model. Each model runs in
@@ -38,34 +38,54 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DEFAULT_MODELS = ("SASRec", "FEARec", "SeqTransformer", "EulerFormer", "FEARecExt", "DuoRecExt", "LinRec", "Denoiser",
-                  "TiSASRec", "SASRecCAPE", "SASRecCoPE", "FMLPRec", "CL4SRec")
+                  "TiSASRec", "SASRecCAPE", "SASRecCoPE", "FMLPRec", "CL4SRec", "CoSeRec", "SSEPT")
 SIZES = {"n_layers": 2, "n_heads": 2, "hidden_size": 64, "inner_size": 256, "hidden_dropout_prob": 0.5,
          "attn_dropout_prob": 0.5}
 BASELINES = ("SeqTransformer", "SASRec", "FEARec")
 
 
-def worker(model_name: str, precision: str, args) -> dict:
+class PreparedModel:
+    """One model's config, initial weights and pre-fetched training batches (kept on the CPU), built once
+    per process: every timed cell trains a fresh copy with a fresh optimizer."""
+
+    def __init__(self, model_name: str, args):
+        import torch
+
+        import recbole_ext  # noqa: F401  (compat)
+        from epoch import PAPER_KEYS
+        from recbole_ext.config import resolve
+        from recbole_ext.runner import build, recbole_config
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        values = {"model": model_name, "dataset": "ml-100k", "train_batch_size": args.batch,
+                  "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE", "use_gpu": args.device == "cuda",
+                  "show_progress": False, "state": "ERROR", **SIZES, **(PAPER_KEYS if model_name == "FEARec" else {})}
+        resolved = resolve(ROOT / "configs" / "base" / "ml100k.yaml", [], values)
+        self.config = recbole_config(resolved, checkpoint_dir=Path(args.scratch) / model_name)
+        model, _, (train_data, _, _) = build(self.config)
+        self.initial_model = model.cpu()  # each cell trains a copy: same initial weights for every cell
+        self.trims_padding = bool(getattr(model, "trims_padding", False))
+        wanted = args.warmup + args.steps
+        self.batches = []
+        for interaction in train_data:
+            self.batches.append(interaction)
+            if len(self.batches) == wanted:
+                break
+        # a model trained on one window per user has a single batch of 2048 on ml-100k (943 users): repeat
+        self.batches = [self.batches[index % len(self.batches)] for index in range(wanted)]
+
+
+def time_cell(prepared: PreparedModel, model_name: str, precision: str, args) -> dict:
+    """Median seconds of a training step (forward, backward, Adam; CUDA synchronised) after the
+    warm-up steps, and the CUDA memory peak above what was allocated before the cell began."""
+    import copy
+
     import torch
 
-    import recbole_ext  # noqa: F401  (compat)
-    from epoch import PAPER_KEYS
-    from recbole_ext.config import resolve
-    from recbole_ext.runner import build, recbole_config
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    values = {"model": model_name, "dataset": "ml-100k", "train_batch_size": args.batch,
-              "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE", "use_gpu": args.device == "cuda",
-              "show_progress": False, "state": "ERROR", **SIZES, **(PAPER_KEYS if model_name == "FEARec" else {})}
-    resolved = resolve(ROOT / "configs" / "base" / "ml100k.yaml", [], values)
-    config = recbole_config(resolved, checkpoint_dir=Path(args.scratch) / model_name)
-    model, _, (train_data, _, _) = build(config)
-    device = torch.device(config["device"])
-    batches = []
-    for interaction in train_data:
-        batches.append(interaction.to(device))
-        if len(batches) == args.warmup + args.steps:
-            break
+    device = torch.device(prepared.config["device"])
+    model = copy.deepcopy(prepared.initial_model).to(device)
+    batches = [interaction.to(device) for interaction in prepared.batches]
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_function = torch.compile(model.calculate_loss) if args.compile else model.calculate_loss
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -77,7 +97,10 @@ def worker(model_name: str, precision: str, args) -> dict:
     model.train()
     times = []
     if device.type == "cuda":
+        synchronize()
         torch.cuda.reset_peak_memory_stats()
+        resident = torch.cuda.memory_allocated() - sum(
+            value.numel() * value.element_size() for batch in batches for value in batch.interaction.values())
     for index, interaction in enumerate(batches):
         synchronize()
         started = time.perf_counter()
@@ -90,10 +113,42 @@ def worker(model_name: str, precision: str, args) -> dict:
         synchronize()
         if index >= args.warmup:
             times.append(time.perf_counter() - started)
+    peak = (torch.cuda.max_memory_allocated() - resident) / 2**20 if device.type == "cuda" else None
     return {"model": model_name, "precision": precision, "median_s_per_step": statistics.median(times),
-            "peak_memory_mb": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
+            "peak_memory_mb": peak,
             "device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(), "trims_padding": bool(getattr(model, "trims_padding", False))}
+            "threads": torch.get_num_threads(), "trims_padding": prepared.trims_padding}
+
+
+def worker(model_name: str, precision: str, args) -> dict:
+    return time_cell(PreparedModel(model_name, args), model_name, precision, args)
+
+
+class InProcessCells:
+    """``--one-process``: every cell in this process, each model's data built once. On a lent GPU the
+    per-cell subprocess (interpreter, RecBole's dataset build, CUDA context: ~10 s) would spend most
+    of a short lease on start-up; a GPU step does not feel the CPU-memory effects the subprocesses
+    isolate on 2 vCPUs. A cell that raises is a row with its error, as a failed worker is."""
+
+    def __init__(self, args):
+        self.args, self.prepared = args, {}
+
+    def __call__(self, model_name: str, precision: str) -> dict:
+        import gc
+        import traceback
+
+        import torch
+
+        try:
+            if model_name not in self.prepared:
+                self.prepared[model_name] = PreparedModel(model_name, self.args)
+            return time_cell(self.prepared[model_name], model_name, precision, self.args)
+        except Exception:  # noqa: BLE001  (any failure is the row's content)
+            return failed_cell(model_name, precision, traceback.format_exc())
+        finally:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
 
 def hardware(cell: dict, device: str) -> str:
@@ -140,6 +195,9 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=50)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke run: batch 64, length 20, 1 round, 1 step")
+    parser.add_argument("--one-process", action="store_true",
+                        help="run every cell in this process, each model's data built once (for a short GPU lease; "
+                             "default: one subprocess per cell)")
     parser.add_argument("--json", default=None, help="results file (default: benchmarks/results/model_steps_<device>.json)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
@@ -156,9 +214,14 @@ def main() -> None:
     cells = [(m, p) for p in precisions for m in models]
     rounds: list[dict[str, dict]] = []
     with tempfile.TemporaryDirectory() as scratch:
+        args.scratch = scratch
+        in_process = InProcessCells(args) if args.one_process else None
         for index in range(args.rounds):
             results = {}
             for model_name, precision in (cells if index % 2 == 0 else cells[::-1]):
+                if in_process is not None:
+                    results[f"{model_name}:{precision}"] = in_process(model_name, precision)
+                    continue
                 command = [sys.executable, __file__, "--worker", f"{model_name}:{precision}", "--scratch", scratch,
                            "--device", args.device, "--batch", str(args.batch), "--length", str(args.length),
                            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),

@@ -1,5 +1,6 @@
-"""model_steps.py end to end in quick mode: a model whose worker fails becomes a row with its error,
-and the rows that ran keep their times and ratios (a lent GPU's minutes are not lost to one crash)."""
+"""model_steps.py end to end in quick mode, one subprocess per cell and ``--one-process``: a model whose
+cell fails becomes a row with its error, and the rows that ran keep their times and ratios (a lent
+GPU's minutes are not lost to one crash)."""
 from __future__ import annotations
 
 import json
@@ -7,13 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARK = Path(__file__).parents[2] / "benchmarks" / "model_steps.py"
 
 
-def test_a_failing_worker_is_a_row_not_the_end_of_the_run(tmp_path):
+@pytest.mark.parametrize("mode", [[], ["--one-process"]], ids=["subprocess-per-cell", "one-process"])
+def test_a_failing_worker_is_a_row_not_the_end_of_the_run(tmp_path, mode):
     target = tmp_path / "steps.json"
     done = subprocess.run([sys.executable, str(BENCHMARK), "--quick", "--models", "SeqTransformer,SASRec,NoSuchModel",
-                           "--precision", "fp32", "--json", str(target)], capture_output=True, text=True)
+                           "--precision", "fp32", "--json", str(target), *mode], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(target.read_text())
     rows = {row["model"]: row for row in results["summary"]}
