@@ -2,7 +2,8 @@
 
     python benchmarks/model_steps.py [--device cpu|cuda] [--models SASRec,FEARec,SeqTransformer,...]
                                      [--precision fp32,bf16] [--compile] [--rounds 3] [--settle 5] [--steps 8]
-                                     [--batch 2048] [--length 50] [--one-process] [--json PATH] [--quick]
+                                     [--batch 2048] [--length 50] [--one-process] [--set KEY=VALUE ...]
+                                     [--compile-mode ...] [--json PATH] [--quick]
 
 ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
 2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model. Each model runs in
@@ -36,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_step import add_compile_arguments, compile_forwarded, compile_loss  # noqa: E402  (needs the path)
 
 DEFAULT_MODELS = ("SASRec", "FEARec", "SeqTransformer", "EulerFormer", "FEARecExt", "DuoRecExt", "LinRec", "Denoiser",
                   "TiSASRec", "SASRecCAPE", "SASRecCoPE", "FMLPRec", "CL4SRec", "CoSeRec", "SSEPT")
@@ -54,6 +56,7 @@ class PreparedModel:
         import recbole_ext  # noqa: F401  (compat)
         from epoch import PAPER_KEYS
         from recbole_ext.config import resolve
+        from recbole_ext.registry import plugin_models
         from recbole_ext.runner import build, recbole_config
 
         if args.threads:
@@ -61,7 +64,8 @@ class PreparedModel:
         values = {"model": model_name, "dataset": "ml-100k", "train_batch_size": args.batch,
                   "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE", "use_gpu": args.device == "cuda",
                   "show_progress": False, "state": "ERROR", **SIZES, **(PAPER_KEYS if model_name == "FEARec" else {})}
-        resolved = resolve(ROOT / "configs" / "base" / "ml100k.yaml", [], values)
+        ours = plugin_models().get(model_name) is not None
+        resolved = resolve(ROOT / "configs" / "base" / "ml100k.yaml", args.set if ours else [], values)
         self.config = recbole_config(resolved, checkpoint_dir=Path(args.scratch) / model_name)
         model, _, (train_data, _, _) = build(self.config)
         self.initial_model = model.cpu()  # each cell trains a copy: same initial weights for every cell
@@ -87,7 +91,7 @@ def time_cell(prepared: PreparedModel, model_name: str, precision: str, args) ->
     model = copy.deepcopy(prepared.initial_model).to(device)
     batches = [interaction.to(device) for interaction in prepared.batches]
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_function = torch.compile(model.calculate_loss) if args.compile else model.calculate_loss
+    loss_function = compile_loss(model, args) if args.compile else model.calculate_loss
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
     def synchronize():
@@ -183,7 +187,11 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--precision", default="fp32,bf16", help="fp32, bf16 or both")
-    parser.add_argument("--compile", action="store_true", help="torch.compile(calculate_loss)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile(calculate_loss), with the --compile-* options")
+    add_compile_arguments(parser, probes=False)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for this project's models (repeatable, as `recbole-ext run --set`; "
+                             "RecBole's own models keep their defaults), e.g. pack_tokens=false")
     parser.add_argument("--rounds", type=int, default=3,
                         help="run every model R times, the order reversed every other round; report medians")
     parser.add_argument("--settle", type=float, default=5.0,
@@ -225,7 +233,8 @@ def main() -> None:
                 command = [sys.executable, __file__, "--worker", f"{model_name}:{precision}", "--scratch", scratch,
                            "--device", args.device, "--batch", str(args.batch), "--length", str(args.length),
                            "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
-                           *(["--compile"] if args.compile else [])]
+                           *(["--compile", *compile_forwarded(args)] if args.compile else []),
+                           *(f"--set={override}" for override in args.set)]
                 done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
                 results[f"{model_name}:{precision}"] = (json.loads(done.stdout.strip().splitlines()[-1])
                                                         if done.returncode == 0
@@ -236,7 +245,8 @@ def main() -> None:
     first = next((cell for cell in rounds[0].values() if "error" not in cell), {"device": "?", "threads": "?"})
     print(f"device: {first['device']} ({args.device}), torch threads {first['threads']}; ml-100k, batch {args.batch}, "
           f"length {args.length}; {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up; "
-          f"{time.strftime('%Y-%m-%d')}{'; compiled' if args.compile else ''}"
+          f"{time.strftime('%Y-%m-%d')}{f'; compiled ({args.compile_mode})' if args.compile else ''}"
+          f"{'; our models with ' + ', '.join(args.set) if args.set else ''}"
           f"{'; QUICK MODE (smoke only, numbers mean nothing)' if args.quick else ''}")
     header = f"{'model':<15} {'prec':<5} {'s/step':>8} " + " ".join(f"{'vs ' + b:>17}" for b in BASELINES) + f" {'peak MB':>8}"
     print(header)

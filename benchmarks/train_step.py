@@ -321,9 +321,10 @@ def run_rounds(script: str, names: list[str], args, extra: list[str] = ()) -> li
     return rounds
 
 
-def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
+def add_compile_arguments(parser: argparse.ArgumentParser, probes: bool = True) -> None:
     """Options of the ``*-compile`` variants (workers read them with defaults, so other step
-    benchmarks that reuse :func:`worker` need not define them)."""
+    benchmarks that reuse :func:`worker` need not define them); ``probes``: also ``--probe-lengths``,
+    which only this script's workers run."""
     parser.add_argument("--compile-mode", default="default",
                         choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
     parser.add_argument("--compile-dynamic", default="none", choices=("none", "true", "false"),
@@ -333,8 +334,16 @@ def add_compile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warm-compile-cache", action="store_true",
                         help="reuse inductor's on-disk cache (default: a fresh one per worker, so the first step "
                              "shows a cold compile)")
-    parser.add_argument("--probe-lengths", default="",
-                        help="after the timed steps, steps at these lengths (e.g. 50,37,21,8,3,1,44): recompiles, s/step")
+    if probes:
+        parser.add_argument("--probe-lengths", default="",
+                            help="after the timed steps, steps at these lengths (e.g. 50,37,21,8,3,1,44): recompiles, s/step")
+
+
+def compile_forwarded(args) -> list[str]:
+    """The ``--compile-*`` options as a worker subprocess's arguments."""
+    return (["--compile-mode", args.compile_mode, "--compile-dynamic", args.compile_dynamic]
+            + (["--compile-fallback-random"] if args.compile_fallback_random else [])
+            + (["--warm-compile-cache"] if args.warm_compile_cache else []))
 
 
 def base_variant(variant: str, variants: list[str]) -> str | None:
@@ -372,9 +381,7 @@ def main() -> None:
         return
 
     variants = args.variants.split(",")
-    forwarded = ["--compile-mode", args.compile_mode, "--compile-dynamic", args.compile_dynamic,
-                 "--probe-lengths", args.probe_lengths] + (["--compile-fallback-random"] if args.compile_fallback_random else []) \
-        + (["--warm-compile-cache"] if args.warm_compile_cache else [])
+    forwarded = compile_forwarded(args) + ["--probe-lengths", args.probe_lengths]
     rounds = run_rounds(__file__, variants, args, forwarded)
     peaks = load_peaks(args.peak)
     import platform

@@ -27,3 +27,17 @@ def test_a_failing_worker_is_a_row_not_the_end_of_the_run(tmp_path, mode):
     assert "unknown model 'NoSuchModel'" in rows["NoSuchModel"]["error"]
     assert "torch" in results["hardware"]
     assert "NoSuchModel" in done.stdout and "failed" in done.stdout
+
+
+def test_set_overrides_reach_this_projects_models_only(tmp_path):
+    """``--set`` is resolved like ``recbole-ext run --set`` for our models (an unknown key is that row's
+    error, named), while RecBole's own SASRec keeps its defaults and runs."""
+    target = tmp_path / "steps.json"
+    done = subprocess.run([sys.executable, str(BENCHMARK), "--quick", "--one-process", "--models", "SeqTransformer,SASRec",
+                           "--precision", "fp32", "--set", "no_such_key=1", "--json", str(target)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {row["model"]: row for row in json.loads(target.read_text())["summary"]}
+    assert "unknown key 'no_such_key'" in rows["SeqTransformer"]["error"]
+    assert rows["SASRec"]["median_s_per_step"] > 0
+    assert "our models with no_such_key=1" in done.stdout
