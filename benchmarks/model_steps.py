@@ -7,8 +7,8 @@
 
 ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
 2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model. Each model runs in
-a fresh subprocess on the same pre-fetched training batches, through our config resolver, with
-its registered defaults (our presets: the paper's settings, e.g. EulerFormer with phase-contrastive
+a fresh subprocess (``--one-process``: all in this one) on the same pre-fetched training batches,
+through our config resolver, with its registered defaults (``--set`` overrides them) (our presets: the paper's settings, e.g. EulerFormer with phase-contrastive
 learning, Denoiser with its mask gradient, L0 and Jacobian terms, FEARecExt with CReg and FReg).
 RecBole's ``FEARec`` gets the paper's keys (``benchmarks/epoch.py`` ``PAPER_KEYS``), since its own
 defaults switch the paper's losses off. RecBole's models run in our process setup (anomaly mode off,
@@ -19,8 +19,8 @@ Printed per model and precision: median seconds per step (forward, backward, Ada
 synchronised), its ratio to our ``SeqTransformer`` (SASRec-equivalent) and to RecBole's
 ``SASRec`` and ``FEARec`` in the same run, and CUDA peak memory. Every round runs every model, in
 reverse order every other round; times are medians over rounds and ratios medians of per-round ratios.
-``--compile`` wraps ``calculate_loss`` in ``torch.compile`` (see docs/performance.md for when it
-helps). ``--quick``: smoke run (tiny sizes, 1 round, 1 step); its numbers mean nothing.
+``--compile`` wraps ``calculate_loss`` in ``torch.compile`` with ``train_step.py``'s
+``--compile-*`` options (see docs/performance.md for when it helps). ``--quick``: smoke run (tiny sizes, 1 round, 1 step); its numbers mean nothing.
 """
 from __future__ import annotations
 
@@ -129,9 +129,9 @@ def worker(model_name: str, precision: str, args) -> dict:
 
 
 class InProcessCells:
-    """``--one-process``: every cell in this process, each model's data built once. On a lent GPU the
-    per-cell subprocess (interpreter, RecBole's dataset build, CUDA context: ~10 s) would spend most
-    of a short lease on start-up; a GPU step does not feel the CPU-memory effects the subprocesses
+    """``--one-process``: every cell in this process, each model's data built once. On a lent GPU a
+    subprocess per cell (interpreter, RecBole's dataset build, CUDA context) would spend much of a
+    short lease on start-up, and a GPU step does not feel the CPU-memory effects the subprocesses
     isolate on 2 vCPUs. A cell that raises is a row with its error, as a failed worker is."""
 
     def __init__(self, args):
