@@ -8,8 +8,9 @@
 ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
 2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model. Each model runs in
 a fresh subprocess (``--one-process``: all in this one) on the same pre-fetched training batches,
-through our config resolver, with its registered defaults (``--set`` overrides them) (our presets: the paper's settings, e.g. EulerFormer with phase-contrastive
-learning, Denoiser with its mask gradient, L0 and Jacobian terms, FEARecExt with CReg and FReg).
+through our config resolver, with its registered defaults (our presets: the paper's settings, e.g.
+EulerFormer with phase-contrastive learning, Denoiser with its mask gradient, L0 and Jacobian terms,
+FEARecExt with CReg and FReg), which ``--set`` overrides for our models.
 RecBole's ``FEARec`` gets the paper's keys (``benchmarks/epoch.py`` ``PAPER_KEYS``), since its own
 defaults switch the paper's losses off. RecBole's models run in our process setup (anomaly mode off,
 allocator tuned): this table compares models; ``benchmarks/train_step.py`` compares against RecBole
