@@ -10,7 +10,8 @@ attention, CE over all items, Adam. Each position runs in a fresh subprocess, po
 within a round. Printed: median seconds per step (forward + backward + Adam), the ratio to
 ``learned`` measured in the same round (median and range over rounds), and the parameter count.
 The paper's Table 3 size is ``--hidden 512 --heads 8`` (d_head 64). Results go to
-``benchmarks/results/cape_step.json``. ``--quick`` is a seconds-long smoke run, not a measurement.
+``benchmarks/results/cape_step.json``. ``--quick`` is a seconds-long smoke run, not a measurement, and
+writes no results unless ``--json`` is given.
 """
 from __future__ import annotations
 
@@ -78,8 +79,11 @@ def main() -> None:
     parser.add_argument("--positions", default="learned,rope,cope,cape16,cape32,cape64")
     parser.add_argument("--bf16", action="store_true", help="time under bfloat16 autocast")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, small batch")
-    parser.add_argument("--json", default=str(RESULTS))
+    parser.add_argument("--json", default=None,
+                        help=f"where to write the results (default: {RESULTS.relative_to(RESULTS.parents[2])}; nothing in --quick)")
     args = parser.parse_args()
+    if args.json is None and not args.quick:
+        args.json = str(RESULTS)
     if args.quick:
         args.rounds, args.steps, args.warmup, args.batch, args.length = 1, 2, 1, 256, 20
 
@@ -105,11 +109,10 @@ def main() -> None:
     summary = {}
     for name in positions:
         seconds = statistics.median(r[name]["median_s_per_step"] for r in rounds)
-        ratios = [r[name]["median_s_per_step"] / r[BASELINE]["median_s_per_step"] for r in rounds]
+        ratios = train_step.round_ratios(rounds, name, BASELINE)
         summary[name] = {"s_per_step": seconds, "ratio_to_learned": statistics.median(ratios),
                          "ratio_range": [min(ratios), max(ratios)], "parameters": rounds[0][name]["parameters"]}
-        print(f"{name:<16} {seconds:>8.3f} {statistics.median(ratios):>11.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] "
-              f"{rounds[0][name]['parameters']:>12,}")
+        print(f"{name:<16} {seconds:>8.3f} {train_step.ratio_text(ratios):>22} {rounds[0][name]['parameters']:>12,}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "rounds": rounds}, indent=2))

@@ -121,18 +121,18 @@ def step_benchmark(args) -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
           f"{torch.get_num_threads()}; ml-100k, batch {args.batch}, length {args.length}, d {args.hidden}; "
           f"{args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up; medians over rounds")
-    print(f"{'variant':<18} {'s/step':>8} {'vs backbone':>22}")
+    print(f"{'variant':<18} {'s/step':>8} {'vs backbone':>28}")
     for variant in variants:
         seconds = statistics.median(r[variant] for r in rounds)
         baseline = VARIANTS[variant][0]
         if baseline in variants:
-            ratios = [r[variant] / r[baseline] for r in rounds]
+            ratios = train_step.round_ratios(rounds, variant, baseline, key=None)
             ratio = statistics.median(ratios)
-            text = f"{ratio:.2f}x {baseline} [{min(ratios):.2f}-{max(ratios):.2f}]"
+            text = f"{train_step.ratio_text(ratios)} {baseline}"
         else:
             ratio, text = None, "-"
         rows.append({"variant": variant, "median_s_per_step": seconds, "baseline": baseline, "ratio": ratio})
-        print(f"{variant:<18} {seconds:>8.4f} {text:>22}")
+        print(f"{variant:<18} {seconds:>8.4f} {text:>28}")
     payload = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "machine": platform.processor(),
                "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "batch": args.batch, "length": args.length,
                "hidden": args.hidden, "rounds": rounds, "summary": rows}

@@ -1,7 +1,7 @@
 """Training-step time of EulerFormer and of SASRec + RoPE, over SASRec (SeqTransformer), same data.
 
     python benchmarks/euler_step.py [--rounds 3] [--steps 8] [--warmup 2] [--batch 2048] [--length 50] [--threads N] [--bf16]
-    python benchmarks/euler_step.py --quick        # smoke run: 1 round, 2 steps, batch 256
+    python benchmarks/euler_step.py --quick        # smoke run: 1 round, 2 steps, batch 256; writes nothing
 
 The setup and the timed loop are ``benchmarks/train_step.py``'s (RecBole's ml-100k loader, SASRec's
 sizes: 2 layers, 2 heads, hidden 64, dropout 0.5, CE over all items, Adam; pre-fetched batches; median
@@ -72,8 +72,11 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for every variant")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, 1 warm-up, batch 256")
-    parser.add_argument("--json", default=str(RESULTS), help="where to write the results")
+    parser.add_argument("--json", default=None,
+                        help=f"where to write the results (default: {RESULTS.relative_to(RESULTS.parents[2])}; nothing in --quick)")
     args = parser.parse_args()
+    if args.json is None and not args.quick:
+        args.json = str(RESULTS)
     if args.quick:
         args.rounds, args.steps, args.warmup, args.batch = 1, 2, 1, 256
 
@@ -96,13 +99,14 @@ def main() -> None:
     summary = {}
     for variant in variants:
         seconds = statistics.median(r[variant]["median_s_per_step"] for r in rounds)
-        ratios = [r[variant]["median_s_per_step"] / r[baseline]["median_s_per_step"] for r in rounds] if baseline else []
-        ratio_text = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios else "-"
+        ratios = train_step.round_ratios(rounds, variant, baseline) if baseline else []
+        ratio_text = train_step.ratio_text(ratios) if ratios else "-"
         summary[variant] = {"median_s_per_step": seconds, "ratio_to_sasrec": statistics.median(ratios) if ratios else None}
         print(f"{variant:<18} {seconds:>8.3f} {ratio_text:>20}")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in ("worker", "scratch")},
-                                           "summary": summary, "rounds": rounds}, indent=2))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in ("worker", "scratch")},
+                                               "summary": summary, "rounds": rounds}, indent=2))
 
 
 if __name__ == "__main__":

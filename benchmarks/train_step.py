@@ -321,6 +321,21 @@ def run_rounds(script: str, names: list[str], args, extra: list[str] = ()) -> li
     return rounds
 
 
+def round_ratios(rounds: list[dict], name: str, baseline: str, key: str | None = "median_s_per_step") -> list[float]:
+    """``name``'s time over ``baseline``'s, one ratio per round (``key``: the time's field in a round's cell;
+    None where cells are bare seconds). Cells of one round share the machine's state, so their ratio is
+    steadier than a ratio of medians over rounds."""
+    def seconds(cell):
+        return cell[key] if key else cell
+
+    return [seconds(r[name]) / seconds(r[baseline]) for r in rounds]
+
+
+def ratio_text(ratios: list[float]) -> str:
+    """Per-round ratios as every step benchmark prints them: median, then range in brackets."""
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+
+
 def add_compile_arguments(parser: argparse.ArgumentParser, probes: bool = True) -> None:
     """Options of the ``*-compile`` variants (workers read them with defaults, so other step
     benchmarks that reuse :func:`worker` need not define them); ``probes``: also ``--probe-lengths``,
@@ -395,8 +410,7 @@ def main() -> None:
           f"{'of peak':>7} {'faults/step':>11}  anomaly  {'|Δloss| stock':>13} {'|Δloss| base':>13}  dynamo")
 
     def ratio(base: str, variant: str) -> str:
-        ratios = [r[base]["median_s_per_step"] / r[variant]["median_s_per_step"] for r in rounds]
-        return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+        return ratio_text(round_ratios(rounds, base, variant))  # speed-up: the base's time over the variant's
 
     def loss_gap(base: str, variant: str) -> float:
         return max(abs(a - b) for r in rounds for a, b in zip(r[variant]["losses"], r[base]["losses"]))

@@ -66,3 +66,14 @@ def test_variant_names():
     assert train_step.base_variant("ours-fp32-prune", ran) == "ours-fp32"
     assert train_step.base_variant("ours-bf16-compile", ["ours-bf16-compile"]) is None  # its base did not run
     assert train_step.is_bf16("ours-bf16-pack") and not train_step.is_bf16("ours-fp32-pack")
+
+
+def test_ratios_pair_cells_of_the_same_round():
+    rounds = [{"a": {"median_s_per_step": 2.0}, "b": {"median_s_per_step": 1.0}},
+              {"a": {"median_s_per_step": 6.0}, "b": {"median_s_per_step": 4.0}},
+              {"a": {"median_s_per_step": 3.0}, "b": {"median_s_per_step": 1.0}}]
+    ratios = train_step.round_ratios(rounds, "a", "b")
+    assert ratios == [2.0, 1.5, 3.0]  # not the ratio of medians over rounds (3.0 / 1.0)
+    assert train_step.ratio_text(ratios) == "2.00x [1.50-3.00]"
+    bare = [{name: cell["median_s_per_step"] for name, cell in r.items()} for r in rounds]
+    assert train_step.round_ratios(bare, "b", "a", key=None) == [0.5, 4.0 / 6.0, 1.0 / 3.0]
