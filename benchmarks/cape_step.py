@@ -78,14 +78,8 @@ def main() -> None:
     parser.add_argument("--inner", type=int, default=0, help="feed-forward width (default 4 x hidden)")
     parser.add_argument("--positions", default="learned,rope,cope,cape16,cape32,cape64")
     parser.add_argument("--bf16", action="store_true", help="time under bfloat16 autocast")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, small batch")
-    parser.add_argument("--json", default=None,
-                        help=f"where to write the results (default: {RESULTS.relative_to(RESULTS.parents[2])}; nothing in --quick)")
-    args = parser.parse_args()
-    if args.json is None and not args.quick:
-        args.json = str(RESULTS)
-    if args.quick:
-        args.rounds, args.steps, args.warmup, args.batch, args.length = 1, 2, 1, 256, 20
+    train_step.add_quick_and_results_arguments(parser, RESULTS, "smoke run: 1 round, 2 steps, small batch")
+    args = train_step.parse_quick_and_results(parser, RESULTS, rounds=1, steps=2, warmup=1, batch=256, length=20)
 
     if args.worker:
         print(json.dumps(worker(args.worker, args)))

@@ -71,14 +71,8 @@ def main() -> None:
     train_step.add_step_arguments(parser, batch=2048)
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast for every variant")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 2 steps, 1 warm-up, batch 256")
-    parser.add_argument("--json", default=None,
-                        help=f"where to write the results (default: {RESULTS.relative_to(RESULTS.parents[2])}; nothing in --quick)")
-    args = parser.parse_args()
-    if args.json is None and not args.quick:
-        args.json = str(RESULTS)
-    if args.quick:
-        args.rounds, args.steps, args.warmup, args.batch = 1, 2, 1, 256
+    train_step.add_quick_and_results_arguments(parser, RESULTS, "smoke run: 1 round, 2 steps, 1 warm-up, batch 256")
+    args = train_step.parse_quick_and_results(parser, RESULTS, rounds=1, steps=2, warmup=1, batch=256)
 
     if args.worker:
         print(json.dumps(worker(args.worker, args)))

@@ -300,6 +300,25 @@ def add_step_arguments(parser: argparse.ArgumentParser, batch: int = 2048, worke
         parser.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
 
 
+def add_quick_and_results_arguments(parser: argparse.ArgumentParser, results: Path, quick_help: str) -> None:
+    """``--quick`` (a smoke run, never a measurement) and ``--json`` (where results go; by default
+    ``results``, except in ``--quick``, so a smoke run cannot overwrite a committed measurement)."""
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--json", default=None, help=f"where to write the results (default: "
+                        f"{results.relative_to(results.parents[2])}; nothing in --quick)")
+
+
+def parse_quick_and_results(parser: argparse.ArgumentParser, results: Path, **quick_settings) -> argparse.Namespace:
+    """Parse the command line; ``--quick`` applies ``quick_settings`` (option name -> value)."""
+    args = parser.parse_args()
+    if args.quick:
+        for name, value in quick_settings.items():
+            setattr(args, name, value)
+    elif args.json is None:
+        args.json = str(results)
+    return args
+
+
 def run_rounds(script: str, names: list[str], args, extra: list[str] = ()) -> list[dict]:
     """``args.rounds`` rounds of every name's ``--worker`` run of ``script``, each in a fresh process;
     names alternate within a round, so slow phases of a shared machine hit all of them."""

@@ -77,3 +77,21 @@ def test_ratios_pair_cells_of_the_same_round():
     assert train_step.ratio_text(ratios) == "2.00x [1.50-3.00]"
     bare = [{name: cell["median_s_per_step"] for name, cell in r.items()} for r in rounds]
     assert train_step.round_ratios(bare, "b", "a", key=None) == [0.5, 4.0 / 6.0, 1.0 / 3.0]
+
+
+@pytest.mark.parametrize("argv, json_path, batch", [
+    ([], "results/x.json", 2048),
+    (["--quick"], None, 256),  # a smoke run writes nothing ...
+    (["--quick", "--json", "out.json"], "out.json", 256),  # ... unless asked to
+])
+def test_quick_runs_write_no_results_by_default(monkeypatch, argv, json_path, batch):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    train_step.add_step_arguments(parser)
+    results = Path("benchmarks/results/x.json").absolute()
+    train_step.add_quick_and_results_arguments(parser, results, "smoke")
+    monkeypatch.setattr("sys.argv", ["bench", *argv])
+    args = train_step.parse_quick_and_results(parser, results, batch=256)
+    assert args.batch == batch
+    assert args.json == (str(results) if json_path == "results/x.json" else json_path)
