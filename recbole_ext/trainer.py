@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from recbole.evaluator.collector import Collector
+from recbole.utils import EvaluatorType
 from recbole.utils import get_trainer
 from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
@@ -26,6 +27,7 @@ from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.metrics import USER_RESOURCE
+from recbole_ext.models.repeated_rows import candidate_scores_from_full_sort
 from recbole_ext.resume import RESUME_FILE, save_resume_state
 
 
@@ -96,6 +98,10 @@ class RunTrainerMixin:
                                      if "eval_mask_history" in config and config["eval_mask_history"] else None)
         self.history: list[dict[str, Any]] = []
         self.eval_collector = OnePositiveCollector(config)
+        # None: not checked yet (see _neg_sample_batch_eval)
+        self.scores_each_history_once: bool | None = (
+            None if config["eval_type"] == EvaluatorType.RANKING
+            and not getattr(model, "encodes_each_history_once", False) else False)
         # Compiled once; trimmed batches vary in length, which costs a few recompiles (docs/performance.md).
         compiled = "compile" in config and config["compile"]
         self.training_loss = torch.compile(model.calculate_loss) if compiled else model.calculate_loss
@@ -143,6 +149,39 @@ class RunTrainerMixin:
             window = interaction[self.masked_history_field].to(scores.device)
             scores.scatter_(1, window, float("-inf"))
         return interaction, scores, positive_u, positive_i
+
+    def _neg_sample_batch_eval(self, batched_data):
+        """RecBole's sampled-evaluation batch (``uni100``, ``pop100``), whose ``predict`` encodes a
+        user's history once per candidate. A model that does not avoid that itself gets its
+        candidates' scores from one ``full_sort_predict`` per history (models/repeated_rows.py) once
+        they have matched its ``predict`` on the first batch; where they differ, or the model has
+        no ``full_sort_predict``, evaluation stays RecBole's row by row."""
+        if self.scores_each_history_once is False:
+            return super()._neg_sample_batch_eval(batched_data)
+        self.model.predict = self._predict_each_history_once  # what RecBole's method calls, per chunk
+        try:
+            return super()._neg_sample_batch_eval(batched_data)
+        finally:
+            del self.model.predict
+
+    def _predict_each_history_once(self, interaction):
+        row_by_row = type(self.model).predict.__get__(self.model)
+        try:
+            scores = candidate_scores_from_full_sort(self.model, interaction, self.config["ITEM_ID_FIELD"],
+                                                     self.config["LABEL_FIELD"])
+        except NotImplementedError:
+            self.scores_each_history_once, scores = False, None
+        if scores is None:
+            return row_by_row(interaction)
+        if self.scores_each_history_once is None:
+            checked = torch.arange(min(len(interaction), 512), device=scores.device)
+            self.scores_each_history_once = torch.allclose(scores[checked], row_by_row(interaction[checked]),
+                                                           rtol=1e-4, atol=1e-5)
+            if not self.scores_each_history_once:
+                self.logger.warning(f"{type(self.model).__name__}: full_sort_predict's scores differ from predict's; "
+                                    "sampled evaluation encodes each row")
+                return row_by_row(interaction)
+        return scores
 
     def autocast(self):
         """bf16 autocast for ``bf16: true``; RecBole's ``enable_amp`` (fp16 on CUDA) keeps working."""

@@ -8,6 +8,12 @@ each run and scores all of a run's candidates with that one representation. Eval
 representations depend on their own row only (no part mixes rows at evaluation; FEARec's lags are
 per sample there), so the scores are those of the row-by-row computation
 (``tests/models/test_repeated_rows.py``), about 100 times cheaper to get.
+
+Models without such a path of their own (RecBole's GRU4Rec, Caser, FPMC, ...) get the same saving
+in the trainer (``trainer.RunTrainerMixin``) from :func:`candidate_scores_from_full_sort`: one
+``full_sort_predict`` per run, each row then picking its candidate's score. For the usual scorers
+(a representation's dot product with the item's embedding) that is ``predict``'s score computed as
+a matrix product; the trainer checks it against ``predict`` on the first batch before relying on it.
 """
 from __future__ import annotations
 
@@ -22,18 +28,32 @@ class RowRuns:
     run_of_row: torch.Tensor  # [N] long: each row's run, an index into the first rows
 
 
-def consecutive_repeats(interaction, candidate_field: str) -> RowRuns | None:
-    """Runs of consecutive rows equal in every field but ``candidate_field``; None when every run is
-    a single row (nothing to save)."""
+def consecutive_repeats(interaction, candidate_field: str, label_field: str | None = None) -> RowRuns | None:
+    """Runs of consecutive rows equal in every field but ``candidate_field`` and ``label_field``
+    (RecBole labels the positive row 1 and its negatives 0; no model input depends on it); None
+    when every run is a single row (nothing to save)."""
     rows = len(interaction)
     if rows < 2:
         return None
     same_as_previous = torch.ones(rows - 1, dtype=torch.bool, device=interaction[candidate_field].device)
     for name, value in interaction.interaction.items():
-        if name != candidate_field:
+        if name not in (candidate_field, label_field):
             flat = value.reshape(rows, -1)
             same_as_previous &= (flat[1:] == flat[:-1]).all(1)
     if not same_as_previous.any():
         return None
     first_rows = torch.cat([same_as_previous.new_ones(1), ~same_as_previous])
     return RowRuns(first_rows, first_rows.cumsum(0) - 1)
+
+
+def candidate_scores_from_full_sort(model, interaction, candidate_field: str,
+                                    label_field: str | None = None) -> torch.Tensor | None:
+    """Each row's candidate score, taken from one ``model.full_sort_predict`` per run of repeated
+    rows; None when no row repeats. Raises ``NotImplementedError`` for a model without
+    ``full_sort_predict``."""
+    runs = consecutive_repeats(interaction, candidate_field, label_field)
+    if runs is None:
+        return None
+    run_count = int(runs.first_rows.sum())
+    all_items = model.full_sort_predict(interaction[runs.first_rows]).reshape(run_count, -1)  # some return it flat
+    return all_items[runs.run_of_row, interaction[candidate_field].to(all_items.device)]

@@ -118,6 +118,7 @@ class SeqTransformer(SequentialRecommender):
     def __init__(self, config, dataset):
         super().__init__(config, dataset)
         self.n_users = dataset.num(self.USER_ID)  # backbones with user embeddings (SSE-PT) size them by it
+        self.LABEL_FIELD = config["LABEL_FIELD"]  # sampled evaluation's rows carry it (predict ignores it)
         self.loss_type = config["loss_type"]
         self.initializer_range = config["initializer_range"]
         self.dims = TransformerDims.from_config(config, self.max_seq_length)
@@ -249,11 +250,13 @@ class SeqTransformer(SequentialRecommender):
         return {name: module.training_statistics(self.backbone.causal) for name, module in self.named_modules()
                 if module is not self and callable(getattr(module, "training_statistics", None))}
 
+    encodes_each_history_once = True  # in predict, below: the trainer leaves sampled evaluation to it
+
     def predict(self, interaction):
         interaction = self.trimmed(interaction)
         # Sampled evaluation repeats a row per candidate: encode each history once, unless the
         # backbone encodes the candidate with it.
-        runs = None if self.backbone.encodes_candidate else consecutive_repeats(interaction, self.ITEM_ID)
+        runs = None if self.backbone.encodes_candidate else consecutive_repeats(interaction, self.ITEM_ID, self.LABEL_FIELD)
         if runs is None:
             representation = self.backbone.user_representation(self, interaction)
         else:

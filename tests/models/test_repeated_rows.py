@@ -27,6 +27,9 @@ def test_runs_are_consecutive_rows_equal_but_for_the_candidate():
     assert runs.run_of_row.tolist() == [0, 0, 0, 1, 2, 3]
     assert consecutive_repeats(batch[torch.tensor([0, 3, 4])], "item_id") is None  # nothing repeats
     assert consecutive_repeats(batch[torch.tensor([0])], "item_id") is None
+    batch.update(Interaction({"label": torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0])}))  # sampled evaluation's
+    assert consecutive_repeats(batch, "item_id").first_rows.tolist() == [True, True, False, True, True, True]
+    assert consecutive_repeats(batch, "item_id", "label").run_of_row.tolist() == [0, 0, 0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("model_name", SEQUENCE_MODELS)
