@@ -9,8 +9,8 @@
 
 Each setting runs the same learning-rate grid through ``recbole-ext tune`` in a fresh process
 (Ray start and imports included, as a user sees it); rounds alternate the settings so a drift in
-machine load hits all of them. Writes ``benchmarks/results/tune_concurrency.json`` and prints a
-table of median wall times and their ratio to ``1x2``.
+machine load hits all of them. Writes ``benchmarks/results/tune_concurrency.json`` (not in ``--quick``) and
+prints a table of median wall times and their ratio to ``1x2``.
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--quick", action="store_true", help="tiny fixture, 2 trials, 1 epoch, 1 round")
-    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "tune_concurrency.json"))
+    parser.add_argument("--output", default=None,
+                        help="results file (default: benchmarks/results/tune_concurrency.json; nothing in --quick)")
     args = parser.parse_args()
     if args.quick:
         args.config, args.trials, args.epochs, args.rounds = str(ROOT / "tests" / "configs" / "tiny_ml100k.yaml"), 2, 1, 1
@@ -79,8 +80,10 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d"), "machine": {"cpus": len(os.sched_getaffinity(0)),
                                                              "processor": platform.processor() or platform.machine()},
               "config": args.config, "trials": args.trials, "epochs": args.epochs, "rounds": args.rounds, "settings": rows}
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    target = args.output or (None if args.quick else ROOT / "benchmarks" / "results" / "tune_concurrency.json")
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(json.dumps(result, indent=2) + "\n")
     print(f"\n{args.trials} trials x {args.epochs} epochs of {args.config}, median of {args.rounds} rounds")
     print("| setting | concurrent x CPUs | median wall (s) | vs 1x2 |\n|---|---|---|---|")
     for name, row in rows.items():
