@@ -16,6 +16,9 @@ copied into ours), eval batch ``--batch`` users. Datasets: ``ml-100k`` (ships wi
 subprocess; variants alternate within a round (``train_step.run_rounds``):
 
 - ``stock``: RecBole as a user gets it (anomaly mode as RecBole leaves it; numpy-2 aliases only).
+- ``stock-trainer``: RecBole's SASRec, stock's weights, evaluated by our trainer: under ``uni100`` or
+  ``pop100`` that scores each history once through the model's ``full_sort_predict``, the path
+  every RecBole model gets (``RunTrainerMixin._neg_sample_batch_eval``).
 - ``ours-fp32``: SeqTransformer, ``trim_padding`` on (where the key exists), the switches that
   ``train_step.py``'s suffixes name off; ``ours-fp32-pack-prune``: with ``pack_tokens`` and
   ``prune_unread_states`` too, which are the defaults (any ``-pack``/``-prune`` combination runs).
@@ -91,8 +94,9 @@ def profiled_evaluation(trainer, test_data, autocast, sampled: bool) -> dict:
     """One more ``trainer.evaluate`` with its parts timed by wrapping the objects it calls."""
     totals: dict[str, float] = {}
     test_data.collate_fn = timed(test_data.collate_fn, totals, "collate")  # torch reads it per iterator
-    predict = "predict" if sampled else "full_sort_predict"
-    setattr(trainer.model, predict, timed(getattr(trainer.model, predict), totals, "forward"))
+    # sampled: predict, or full_sort_predict once per history where our trainer does that (stock-trainer)
+    for predict in ("predict", "full_sort_predict") if sampled else ("full_sort_predict",):
+        setattr(trainer.model, predict, timed(getattr(trainer.model, predict), totals, "forward"))
     backbone = getattr(trainer.model, "backbone", None)  # ours: the scoring apart from the encoder
     if backbone is not None:
         score = "score_items" if sampled else "score_all"
@@ -135,8 +139,14 @@ def worker(variant: str, args) -> dict:
     overrides["eval_args"] = {**overrides["eval_args"], "mode": args.mode}
     if variant == "ours-notrim":
         overrides["trim_padding"] = False
-    config, (_, _, test_data), model = train_step.recbole_setup(variant, args, args.dataset, overrides, all_splits=True)
-    train_step.share_initial_weights(variant, model, args.scratch)
+    recbole_model = variant.startswith("stock")
+    config, (_, _, test_data), model = train_step.recbole_setup("stock" if recbole_model else variant, args,
+                                                                args.dataset, overrides, all_splits=True)
+    if variant == "stock-trainer":
+        if (Path(args.scratch) / "stock_init.pt").exists():  # stock ran first: its weights
+            model.load_state_dict(torch.load(Path(args.scratch) / "stock_init.pt", weights_only=True))
+    else:
+        train_step.share_initial_weights(variant, model, args.scratch)
     if variant == "stock":
         from recbole.trainer import Trainer as trainer_type
     else:
@@ -164,7 +174,7 @@ def worker(variant: str, args) -> dict:
         "users_per_s": users / seconds, "score_gap": score_gap, "metrics": {k: float(v) for k, v in result.items()},
         "profile": profiled_evaluation(trainer, test_data, autocast, sampled), "anomaly_mode": torch.is_anomaly_enabled(),
         "threads": torch.get_num_threads(),
-        "trim_padding": config["trim_padding"] if variant != "stock" and has_config_key("trim_padding") else None,
+        "trim_padding": config["trim_padding"] if not recbole_model and has_config_key("trim_padding") else None,
     }
 
 
@@ -182,8 +192,7 @@ def report(dataset: str, variants: list[str], rounds: list[dict], mode: str) -> 
         per_round = [r[variant] for r in rounds]
         seconds = statistics.median(r["median_s_per_eval"] for r in per_round)
         if "stock" in variants:
-            ratios = [r["stock"]["median_s_per_eval"] / r[variant]["median_s_per_eval"] for r in rounds]
-            ratio_text = f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+            ratio_text = train_step.ratio_text(train_step.round_ratios(rounds, "stock", variant, "median_s_per_eval"))
             gap = max(metric_gap(r[variant], r["stock"]) for r in rounds)
             score_gap = max(r[variant]["score_gap"] for r in rounds)
         else:

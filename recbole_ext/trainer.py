@@ -158,11 +158,15 @@ class RunTrainerMixin:
         no ``full_sort_predict``, evaluation stays RecBole's row by row."""
         if self.scores_each_history_once is False:
             return super()._neg_sample_batch_eval(batched_data)
+        wrapped = vars(self.model).get("predict")  # an instance's own wrapper (a profiler's), kept
         self.model.predict = self._predict_each_history_once  # what RecBole's method calls, per chunk
         try:
             return super()._neg_sample_batch_eval(batched_data)
         finally:
-            del self.model.predict
+            if wrapped is None:
+                del self.model.predict
+            else:
+                self.model.predict = wrapped
 
     def _predict_each_history_once(self, interaction):
         row_by_row = type(self.model).predict.__get__(self.model)

@@ -49,6 +49,23 @@ def test_evaluation_worker_profile_adds_up(benchmarks, in_tmp, mode):
     assert min(profile[part] for part in parts[:-1]) > 0  # every wrapped call was reached
 
 
+def test_recboles_model_through_our_trainer_scores_each_history_once(benchmarks, in_tmp):
+    import torch
+
+    eval_throughput = benchmarks("eval_throughput")
+    try:
+        row = eval_throughput.worker("stock-trainer", worker_args(in_tmp, dataset="ml-100k", batch=4096, mode="uni100"))
+    finally:
+        torch.autograd.set_detect_anomaly(False)  # RecBole's SASRec import switched it on
+    assert row["users"] == 943 and set(row["metrics"]) >= {"recall@10", "ndcg@10"}
+    profile = row["profile"]
+    # the profiler's predict wrapper is set aside during our trainer's sampled evaluation: time in
+    # "forward" is full_sort_predict's, once per history
+    assert profile["forward"] > 0
+    assert sum(profile[part] for part in ("collate", "forward", "scoring", "collector", "metrics", "other")) \
+        == pytest.approx(profile["total"])
+
+
 def test_data_share_worker_stops_after_the_asked_batches(benchmarks, in_tmp):
     data_share = benchmarks("data_share")
     row = data_share.worker("ml-100k:BPR", worker_args(in_tmp, batch=64, steps=2, bucketing=0))
