@@ -16,7 +16,8 @@ from recbole_ext.cli import main
 from recbole_ext.config import resolve
 from recbole_ext.data import require_atomic_files
 from recbole_ext.data.atomic import check_atomic_file
-from recbole_ext.data.converters import RECZOO_HISTORY_CAP, convert
+from recbole_ext.data.converters import convert
+from recbole_ext.data.reczoo import RECZOO_HISTORY_CAP
 from recbole_ext.errors import DataFormatError, DatasetMissingError
 
 ROOT = Path(__file__).resolve().parents[2]
