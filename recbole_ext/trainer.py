@@ -1,8 +1,9 @@
 """RecBole's trainer loop, plus: named loss terms, per-epoch history (with the model's
 ``training_statistics()``, e.g. Rec-Denoiser's mask sparsity), bf16 autocast, ``compile``,
 length-bucketed batches (``length_bucketing``, ``data/bucketing.py``), a faster evaluation
-collector (:class:`OnePositiveCollector`), a run directory, and after every epoch the state a
-killed run resumes from (:mod:`recbole_ext.resume`).
+collector (:class:`OnePositiveCollector`), sampled evaluation that scores each history once for
+RecBole's models too (``models/repeated_rows.py``), a run directory, and after every epoch the
+state a killed run resumes from (:mod:`recbole_ext.resume`).
 
 :func:`trainer_class` puts :class:`RunTrainerMixin` in front of whatever trainer RecBole would
 use for a model (``Trainer`` for sequential models), so early stopping, evaluation and metrics
