@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 from recbole.evaluator.collector import Collector
-from recbole.utils import EvaluatorType
-from recbole.utils import get_trainer
+from recbole.utils import EvaluatorType, get_trainer
 from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
 
