@@ -37,6 +37,9 @@ def add_reproduce_command(commands) -> None:
                         help="train the runs it starts under bf16 autocast (evaluation stays fp32): steps 1.8x "
                              "faster on CPUs with AMX (docs/performance.md: metrics within seed noise); runs "
                              "finished at either precision fill the other's cells, labelled")
+    parser.add_argument("--index", action="store_true",
+                        help="only rewrite OUT/README.md, every table under --out on one page, ours beside "
+                             "published (reproduce also rewrites it after each table it writes)")
     parser.add_argument("--dry-run", action="store_true", help="plan and print, train nothing")
     parser.add_argument("--report-only", action="store_true",
                         help="write the outputs from the runs already finished in the cache, train nothing "
@@ -141,6 +144,7 @@ def command_list(args) -> int:
 def command_reproduce(args) -> int:
     from recbole_ext.devices import device_label
     from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
+    from recbole_ext.repro.index import write_index
     from recbole_ext.repro.plan import QUICK_LABEL, hardware_label, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
@@ -149,6 +153,10 @@ def command_reproduce(args) -> int:
 
     if args.list:
         return command_list(args)
+    if args.index:
+        path = write_index(Path(args.out))
+        print(f"wrote {path}" if path else f"{args.out}: no table CSV to index")
+        return 0
     if not args.table:
         raise ConfigError("reproduce: name a table (recbole-ext reproduce --list shows them)")
     if args.parallel < 0:
@@ -178,6 +186,7 @@ def command_reproduce(args) -> int:
                    hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)
-    for path in write_reports(table, lines, info, out):
-        print(f"wrote {path}")
+    for path in [*write_reports(table, lines, info, out), write_index(out)]:
+        if path:  # no index when the folder holds only quick-budget tables
+            print(f"wrote {path}")
     return 1 if progress.failed else 0

@@ -163,6 +163,7 @@ def test_outputs_are_written_and_labelled_quick(reproduction):
     assert "| Sinusoidal | NDCG@10 | 6.00 |" in markdown
     assert "pending: model 'NotYetAModel' not available yet" in markdown
     assert (out / "tiny_table.quick.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "README.md").exists()  # the index lists reproductions only (tests/repro/test_index.py)
     with open(out / "tiny_table.quick.csv") as handle:
         lines = list(csv.DictReader(handle))
     assert {line["label"] for line in lines} == {QUICK_LABEL}
