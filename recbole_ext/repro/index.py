@@ -7,8 +7,9 @@ the tables' CSV files (the one machine-readable output, ``report.write_csv``) an
 it can never disagree with them. ``reproduce`` rewrites it after every table it writes, and
 ``reproduce --index`` rebuilds it alone.
 
-Left out, because they are not reproductions: ``<table>.quick.csv`` (quick budget) and lines whose
-data were substituted with ``--use-data`` (their ``label`` is set).
+Quick-budget tables (``<table>.quick.csv``) are left out: they are smoke tests. Cells whose data were
+substituted with ``--use-data`` are listed with the data they ran on and marked as not a
+reproduction, as the table's own outputs mark them.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.errors import ConfigError
-from recbole_ext.repro.report import CSV_FIELDS
+from recbole_ext.repro.report import CSV_FIELDS, SUBSTITUTED_LABEL
 from recbole_ext.repro.tables import load_table, table_names
 
 INDEX_NAME = "README.md"
@@ -35,6 +36,7 @@ class IndexCell:
     directions: list[bool] = field(default_factory=list)  # one per metric whose claim could be checked
     compare_to: str = ""
     partial: bool = False
+    data_used: str = ""  # the --use-data config, when the cell ran on other data
 
 
 @dataclass
@@ -81,9 +83,9 @@ def read_table_csv(path: Path) -> IndexTable:
             all_cells.add(key)
             if line["metric"] not in metrics:
                 metrics.append(line["metric"])
-            if line["label"] or not line["status"].startswith(DONE_STATES):
+            if not line["status"].startswith(DONE_STATES):
                 continue
-            cell = cells.setdefault(key, IndexCell(*key, compare_to=line["compare_to"]))
+            cell = cells.setdefault(key, IndexCell(*key, compare_to=line["compare_to"], data_used=line["data_used"]))
             cell.partial = cell.partial or line["status"].startswith("partial")
             cell.values[line["metric"]] = tuple(_float(line[f], path, line_number, f)
                                                 for f in ("ours_mean", "published", "rel_diff"))
@@ -129,13 +131,16 @@ def render_index(tables: list[IndexTable], out_dir: Path) -> str:
               "**ours / published (ours − published, relative)**; *direction* says on how many metrics "
               "the paper's claimed sign of (row − compared row) holds in ours. Each table's own `.md` has "
               "the command that trained it, the hardware, the date, the protocol, errata and the cells "
-              "not run; docs/reproduction.md discusses every cell. Quick-budget and substituted-data "
-              "outputs are not listed: they are not reproductions.\n\n")
+              "not run; docs/reproduction.md discusses every cell. A cell that ran on other data than the "
+              f"paper's (`--use-data`) names it and is marked *{SUBSTITUTED_LABEL}*. Quick-budget tables are "
+              "not listed.\n\n")
     out.write("| table | cells with our numbers | claims checked: hold / all |\n|---|---|---|\n")
     for table in tables:
         claims = [cell for cell in table.cells if cell.directions]
         holding = sum(all(cell.directions) for cell in claims)
-        out.write(f"| [{table.name}](#{table.name}) | {len(table.cells)} of {table.total_cells} | "
+        substituted = sum(bool(cell.data_used) for cell in table.cells)
+        on_other_data = f" ({substituted} on substituted data)" if substituted else ""
+        out.write(f"| [{table.name}](#{table.name}) | {len(table.cells)} of {table.total_cells}{on_other_data} | "
                   f"{f'{holding} / {len(claims)}' if claims else '–'} |\n")
     for table in tables:
         out.write(f"\n## {table.name}\n\n{table.title} ([table]({table.name}.md), [csv]({table.name}.csv))\n\n")
@@ -150,7 +155,8 @@ def render_index(tables: list[IndexTable], out_dir: Path) -> str:
         for cell in table.cells:
             row = cell.row + (" (some seeds)" if cell.partial else "")
             values = [_value_text(cell.values.get(metric), digits[metric]) for metric in metrics]
-            out.write("| " + " | ".join([cell.dataset, row, *values]
+            dataset = f"{cell.dataset} (data: {cell.data_used}; *{SUBSTITUTED_LABEL}*)" if cell.data_used else cell.dataset
+            out.write("| " + " | ".join([dataset, row, *values]
                                         + ([_direction_text(cell)] if has_claims else [])) + " |\n")
     return out.getvalue()
 

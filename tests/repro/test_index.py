@@ -33,7 +33,7 @@ def cell_lines(table, row_id: str, column: str, ours: list[float] | None, status
 @pytest.fixture
 def denoiser_out(tmp_path):
     """A denoiser-t2 CSV with two done cells (SASRec and its Denoiser row, whose claimed gain fails
-    on Hit@10 only), a not-run cell and a substituted-data cell; and a quick-budget CSV beside it."""
+    on Hit@10 only), a not-run cell and a cell run on substituted data; and a quick-budget CSV beside it."""
     table = load_table("denoiser-t2")
     sasrec = cell_lines(table, "sasrec", "ML", [0.75, 0.50])
     lines = [*sasrec,
@@ -48,12 +48,13 @@ def denoiser_out(tmp_path):
 def test_index_lists_done_cells_ours_beside_published(denoiser_out):
     assert write_index(denoiser_out) == denoiser_out / INDEX_NAME
     text = (denoiser_out / INDEX_NAME).read_text()
-    assert "| [denoiser-t2](#denoiser-t2) | 2 of 55 | 0 / 1 |" in text  # every cell of the paper's table
+    assert "| [denoiser-t2](#denoiser-t2) | 3 of 55 (1 on substituted data) | 0 / 1 |" in text  # of the paper's table
     assert "Rec-Denoiser (Chen et al., RecSys 2022) — Table 2" in text
     assert "| ML | SASRec | 0.7500 / 0.7434 (+0.9%) | 0.5000 / 0.5012 (-0.2%) | – |" in text
     assert "mixed (1/2) vs sasrec" in text
     assert "FPMC" not in text  # not run
-    assert "Caser" not in text  # substituted data: not a reproduction
+    assert ("| ML (data: base/ml100k.yaml; *substituted data — not a reproduction*) | Caser | 0.9000 / 0.7213 "
+            "(+24.8%) | 0.9000 / 0.4672 (+92.6%) | – |") in text
     assert "fearec-t2" not in text  # quick budget: not a reproduction
 
 
