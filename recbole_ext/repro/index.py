@@ -124,7 +124,7 @@ def _direction_text(cell: IndexCell) -> str:
     return f"{verdict} ({held}/{len(cell.directions)}) vs {cell.compare_to}"
 
 
-def render_index(tables: list[IndexTable], out_dir: Path) -> str:
+def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] = ()) -> str:
     out = io.StringIO()
     out.write("# Reproduced tables at a glance\n\n")
     out.write(f"Written by `recbole-ext reproduce --index --out {out_dir}` from the `<table>.csv` files in this folder. Each cell reads "
@@ -142,6 +142,9 @@ def render_index(tables: list[IndexTable], out_dir: Path) -> str:
         on_other_data = f" ({substituted} on substituted data)" if substituted else ""
         out.write(f"| [{table.name}](#{table.name}) | {len(table.cells)} of {table.total_cells}{on_other_data} | "
                   f"{f'{holding} / {len(claims)}' if claims else '–'} |\n")
+    if subfolders:
+        links = ", ".join(f"[{name}/]({name}/{INDEX_NAME})" for name in subfolders)
+        out.write(f"\nMore tables, in folders with their own index: {links}.\n")
     for table in tables:
         out.write(f"\n## {table.name}\n\n{table.title} ([table]({table.name}.md), [csv]({table.name}.csv))\n\n")
         if not table.cells:
@@ -162,12 +165,14 @@ def render_index(tables: list[IndexTable], out_dir: Path) -> str:
 
 
 def write_index(out_dir: Path) -> Path | None:
-    """Write ``out_dir/README.md`` from every table CSV in ``out_dir`` (none: nothing written)."""
+    """Write ``out_dir/README.md`` from every table CSV in ``out_dir`` (none: nothing written), with a
+    link to each subfolder that has an index of its own (e.g. tables run on substituted data)."""
     paths = sorted(path for path in Path(out_dir).glob("*.csv") if not path.name.endswith(".quick.csv"))
     if not paths:
         return None
     tables = [read_table_csv(path) for path in paths]
-    text = render_index(tables, out_dir)
+    subfolders = sorted(d.name for d in Path(out_dir).iterdir() if (d / INDEX_NAME).is_file())
+    text = render_index(tables, out_dir, subfolders)
     target = Path(out_dir) / INDEX_NAME
     atomic_write_bytes(target, lambda handle: handle.write(text.encode()))
     return target

@@ -94,3 +94,12 @@ def test_a_malformed_csv_is_a_one_line_error_naming_it(denoiser_out, content, me
     with pytest.raises(ConfigError, match="^" + re.escape(f"{path}{message}")) as error:
         read_table_csv(path)
     assert "\n" not in str(error.value)
+
+
+def test_index_links_the_subfolders_that_have_an_index(denoiser_out):
+    (denoiser_out / "ml100k").mkdir()
+    (denoiser_out / "ml100k" / "denoiser-t2.csv").write_text((denoiser_out / "denoiser-t2.csv").read_text())
+    (denoiser_out / "empty").mkdir()
+    write_index(denoiser_out / "ml100k")
+    text = write_index(denoiser_out).read_text()
+    assert "More tables, in folders with their own index: [ml100k/](ml100k/README.md)." in text
