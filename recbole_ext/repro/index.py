@@ -77,7 +77,6 @@ def read_table_csv(path: Path) -> IndexTable:
         cells: dict[tuple[str, str], IndexCell] = {}
         all_cells: set[tuple[str, str]] = set()
         metrics: list[str] = []
-        name = path.stem
         for line_number, line in enumerate(reader, start=2):
             key = (line["dataset"], line["row_label"])
             all_cells.add(key)
@@ -91,8 +90,8 @@ def read_table_csv(path: Path) -> IndexTable:
                                                 for f in ("ours_mean", "published", "rel_diff"))
             if line["direction_holds"] in ("True", "False"):
                 cell.directions.append(line["direction_holds"] == "True")
-    title, total_cells = _shipped_title_and_size(name.removesuffix(".quick"), len(all_cells))
-    return IndexTable(name, title, metrics, list(cells.values()), total_cells)
+    title, total_cells = _shipped_title_and_size(path.stem, len(all_cells))
+    return IndexTable(path.stem, title, metrics, list(cells.values()), total_cells)
 
 
 def _number(value: float | None, digits: int) -> str:
@@ -127,9 +126,9 @@ def _direction_text(cell: IndexCell) -> str:
 def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] = ()) -> str:
     out = io.StringIO()
     out.write("# Reproduced tables at a glance\n\n")
-    out.write(f"Written by `recbole-ext reproduce --index --out {out_dir}` from the `<table>.csv` files in this folder. Each cell reads "
-              "**ours / published (ours − published, relative)**; *direction* says on how many metrics "
-              "the paper's claimed sign of (row − compared row) holds in ours. Each table's own `.md` has "
+    out.write(f"Written by `recbole-ext reproduce --index --out {out_dir}` from the `<table>.csv` files in "
+              "this folder. Each cell reads **ours / published (ours − published, relative)**; "
+              "*direction* says on how many metrics the paper's claimed sign of (row − compared row) holds in ours. Each table's own `.md` has "
               "the command that trained it, the hardware, the date, the protocol, errata and the cells "
               "not run; docs/reproduction.md discusses every cell. A cell that ran on other data than the "
               f"paper's (`--use-data`) names it and is marked *{SUBSTITUTED_LABEL}*. Quick-budget tables are "
@@ -158,7 +157,7 @@ def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] 
         for cell in table.cells:
             row = cell.row + (" (some seeds)" if cell.partial else "")
             values = [_value_text(cell.values.get(metric), digits[metric]) for metric in metrics]
-            dataset = f"{cell.dataset} (data: {cell.data_used}; *{SUBSTITUTED_LABEL}*)" if cell.data_used else cell.dataset
+            dataset = cell.dataset + (f" (data: {cell.data_used}; *{SUBSTITUTED_LABEL}*)" if cell.data_used else "")
             out.write("| " + " | ".join([dataset, row, *values]
                                         + ([_direction_text(cell)] if has_claims else [])) + " |\n")
     return out.getvalue()
