@@ -103,3 +103,10 @@ def test_index_links_the_subfolders_that_have_an_index(denoiser_out):
     write_index(denoiser_out / "ml100k")
     text = write_index(denoiser_out).read_text()
     assert "More tables, in folders with their own index: [ml100k/](ml100k/README.md)." in text
+
+
+def test_reproduce_rewrites_the_index_after_each_table(tmp_path, capsys):
+    assert main(["reproduce", str(TINY_TABLE), "--budget", "paper", "--report-only", "--out", str(tmp_path)]) == 0
+    assert f"wrote {tmp_path / INDEX_NAME}" in capsys.readouterr().out
+    text = (tmp_path / INDEX_NAME).read_text()
+    assert "## tiny_table" in text and "No cell has our numbers yet." in text
