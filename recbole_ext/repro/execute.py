@@ -83,9 +83,18 @@ class Progress:
     failed: int = 0
 
 
+def finished_run_dirs(spec: RunSpec) -> dict[str, Path]:
+    """The finished run directories of ``spec`` in the cache, by key: its own, and those of the same
+    run trained at the other precision or brought back from a lent GPU (``RunSpec.keys_elsewhere``),
+    which stand in for it even before their records are written."""
+    runs = Path(spec.values["output_dir"])
+    return {key: runs / key for key in spec.keys() if is_finished(runs / key)}
+
+
 def is_cached(spec: RunSpec, records: Path) -> bool:
-    """Whether the run is finished: its run directory, or a record in ``records``."""
-    return is_finished(run_dir_of(spec)) or find_record(records, spec) is not None
+    """Whether the run is finished: a finished run directory under one of its keys, or a record in
+    ``records``."""
+    return bool(finished_run_dirs(spec)) or find_record(records, spec) is not None
 
 
 def finished_runs(cell: Cell, records: Path) -> int:
@@ -142,11 +151,12 @@ def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
 
 
 def record_finished_runs(cells: list[Cell], records: Path) -> None:
-    """(Re)write the record of every finished run directory of ``cells`` (the directory is the source)."""
+    """(Re)write the record of every finished run directory of ``cells``, under any of its keys (the
+    directory is the source)."""
     for cell in cells:
         for spec in cell.runs:
-            if is_finished(run_dir_of(spec)):
-                write_record(records, record_of_run(spec.key, run_dir_of(spec)))
+            for key, run_dir in finished_run_dirs(spec).items():
+                write_record(records, record_of_run(key, run_dir))
 
 
 def execute_cells(cells: list[Cell], records: Path, parallel: int = 0, address: str | None = None,

@@ -355,6 +355,15 @@ def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction
     assert "training precision: fp32" in markdown
     assert "| done (trained on cpu with bf16 autocast) |" in markdown
 
+    # the finished --bf16 run directory alone (another --out, no records there) fills the fp32 table
+    # too, and its record is written there: it is not "unfinished under another setting"
+    other = tmp_path / "other"
+    with monkeypatch.context() as patch:
+        patch.setattr(execute, "execute_run", must_not_run)
+        assert main([*argv(other)[:-4], "--models", "base", "--cache", str(bf16_out / "runs")]) == 0
+    assert "| done (trained on cpu with bf16 autocast) |" in (other / "tiny_table.quick.md").read_text()
+    assert [p.name for p in (other / "records").iterdir()] == [f"{run_dir.name}.json"]
+
 
 def test_a_serial_run_announces_the_log_that_follows_its_epochs(tmp_path, monkeypatch):
     spec = RunSpec("k1", "configs/tiny.yaml", {"model": "SeqTransformer", "output_dir": str(tmp_path), "run_name": "k1"}, 7)
