@@ -12,6 +12,12 @@ printed in percent), or a measurement:
 
 Direction: a row with ``compare_to`` claims the paper's sign of ``row − compare_to`` (a gain of the
 method over its base, or of the full model over an ablation); it *holds* when ours has the same sign.
+
+Measurements (``DEVICE_BOUND_KEYS``) belong to the device and precision a run trained at, and runs
+of other settings stand in for a cell's metrics (``RunSpec.keys_elsewhere``): a measurement is
+averaged only over runs of one setting, and compared only with a row measured in the same one. A
+cell whose runs mix settings leaves it empty and says why, rather than average a CPU epoch with a
+GPU's.
 """
 from __future__ import annotations
 
@@ -20,8 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
-from recbole_ext.repro.records import find_record, record_values
+from recbole_ext.repro.records import TIMING_KEYS, find_record, record_values
 from recbole_ext.repro.tables import Metric, Table
+
+DEVICE_BOUND_KEYS = frozenset({*TIMING_KEYS, "peak_gpu_mem_gb"})
+THIS_SETTING = "this call's device and precision"
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Line:
     compare_to: str | None = None
     published_gain: float | None = None   # (row - compare_to) / |compare_to|, published
     ours_gain: float | None = None
+    measured_on: frozenset[str] | None = None  # DEVICE_BOUND_KEYS: the settings ``ours`` came from
 
     @property
     def mean(self) -> float | None:
@@ -91,6 +101,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
     lines: list[Line] = []
     for cell in cells:
         per_run: list[dict[str, float]] = []
+        settings: list[str] = []  # where each of per_run trained
         status, reason = cell.state, cell.reason
         if cell.state == "statistics":
             stats, reason = dataset_statistics(cell.column.preset, cell.data_path or data_path)
@@ -100,6 +111,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             found = [(spec, find_record(records, spec)) for spec in cell.runs]
             finished = [record for _, record in found if record]
             per_run = [record_values(record, table.scale) for record in finished]
+            settings = [spec.where(record["key"]) or THIS_SETTING for spec, record in found if record]
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
@@ -110,10 +122,23 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
         for index, metric in enumerate(table.metrics):
             published = cell.row.published.get(cell.column.label, (None,) * len(table.metrics))[index]
             ours = [values[metric.key] for values in per_run if metric.key in values]
-            lines.append(Line(cell.column.label, cell.row.id, cell.row.label, metric, published, ours, status, reason,
-                              cell.data_label, cell.row.compare_to))
+            line = Line(cell.column.label, cell.row.id, cell.row.label, metric, published, ours, status, reason,
+                        cell.data_label, cell.row.compare_to)
+            if metric.key in DEVICE_BOUND_KEYS and settings:
+                _keep_one_setting(line, [where for where, values in zip(settings, per_run) if metric.key in values])
+            lines.append(line)
     _fill_directions(lines)
     return lines
+
+
+def _keep_one_setting(line: Line, settings: list[str]) -> None:
+    """A measurement from runs of several settings is no value: empty it, and say which they were."""
+    line.measured_on = frozenset(settings)
+    if len(line.measured_on) > 1:
+        line.ours = []
+        named = THIS_SETTING not in line.measured_on  # the cell's reason lists them already
+        settings = "these settings" if named else ", ".join(sorted(line.measured_on))
+        line.reason = (f"{line.reason}; " if line.reason else "") + f"{line.metric.label} not averaged across {settings}"
 
 
 def _fill_directions(lines: list[Line]) -> None:
@@ -126,5 +151,7 @@ def _fill_directions(lines: list[Line]) -> None:
             continue
         if line.published is not None and base.published:
             line.published_gain = (line.published - base.published) / abs(base.published)
+        if line.measured_on != base.measured_on:  # a measurement on another device or precision
+            continue
         if line.mean is not None and base.mean:
             line.ours_gain = (line.mean - base.mean) / abs(base.mean)

@@ -1,0 +1,73 @@
+"""``results.collect``: records of finished runs → lines; measurements stay within one device and precision."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recbole_ext.repro.plan import plan_table
+from recbole_ext.repro.records import RECORD_FORMAT
+from recbole_ext.repro.results import THIS_SETTING, collect
+from recbole_ext.repro.tables import load_table
+
+TINY_TABLE = Path(__file__).with_name("tiny_table.yaml")
+GPU = "cuda:Lent GPU"
+
+
+def write_record(records: Path, key: str, recall: float, train_s: float, device: str = "cpu") -> None:
+    records.mkdir(parents=True, exist_ok=True)
+    record = {"format": RECORD_FORMAT, "key": key, "device": device, "test": {"recall@10": recall, "ndcg@10": recall / 2},
+              "timing": {"train_s_per_epoch": train_s}, "peak_gpu_mem_gb": None, "metrics": {}}
+    (records / f"{key}.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def planned(tmp_path):
+    """The tiny table's Tiny cells at two seeds, planned on the CPU with a lent GPU's records beside."""
+    table = load_table(str(TINY_TABLE))
+    cells = [cell for cell in plan_table(table, tmp_path / "runs", datasets=["Tiny"], models=["base", "sinusoidal"],
+                                         seeds=2, budget="quick", device="cpu", other_devices=["cpu", GPU])
+             if cell.runs]
+    return table, {cell.row.id: cell.runs for cell in cells}, cells
+
+
+def lines_by(lines, row_id):
+    return {line.metric.label: line for line in lines if line.row_id == row_id and line.column == "Tiny"}
+
+
+def test_a_measurement_from_runs_on_two_devices_is_not_averaged_and_says_why(planned, tmp_path):
+    """Seed 1 of Base trained here, seed 2 on the GPU: its test metrics average both (a GPU's run is
+    the same experiment), its epoch time does not (a CPU's epoch is not a GPU's), and no direction is
+    computed from it. Sinusoidal, both seeds on the GPU, keeps its epoch time."""
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    write_record(records, runs["base"][0].key, 0.10, 30.0)
+    write_record(records, runs["base"][1].keys_elsewhere[GPU], 0.12, 2.0, device=GPU)
+    for spec, recall in zip(runs["sinusoidal"], (0.11, 0.13)):
+        write_record(records, spec.keys_elsewhere[GPU], recall, 3.0, device=GPU)
+    lines = collect(table, cells, records)
+    base, sinusoidal = lines_by(lines, "base"), lines_by(lines, "sinusoidal")
+
+    assert base["Recall@10"].ours == pytest.approx([10.0, 12.0])
+    assert base["Train (s/epoch)"].ours == []
+    assert base["Train (s/epoch)"].reason == \
+        f"trained on {GPU}; Train (s/epoch) not averaged across {GPU}, {THIS_SETTING}"
+    assert base["Train (s/epoch)"].measured_on == {GPU, THIS_SETTING}
+    assert sinusoidal["Train (s/epoch)"].ours == [3.0, 3.0]
+    assert sinusoidal["Train (s/epoch)"].ours_gain is None  # against a mixed Base: no direction
+    assert sinusoidal["Recall@10"].ours_gain == pytest.approx(12.0 / 11.0 - 1)
+
+
+def test_measurements_of_one_setting_compare_as_before(planned, tmp_path):
+    """Every run on the GPU: measurements average and compare, rows against Base."""
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    for row, train_s in (("base", 2.0), ("sinusoidal", 3.0)):
+        for spec in runs[row]:
+            write_record(records, spec.keys_elsewhere[GPU], 0.1, train_s, device=GPU)
+    lines = collect(table, cells, records)
+    base, sinusoidal = lines_by(lines, "base"), lines_by(lines, "sinusoidal")
+    assert base["Train (s/epoch)"].mean == 2.0
+    assert base["Train (s/epoch)"].reason == f"trained on {GPU}"
+    assert sinusoidal["Train (s/epoch)"].ours_gain == pytest.approx(0.5)
