@@ -21,7 +21,7 @@ from pathlib import Path
 
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.errors import ConfigError
-from recbole_ext.repro.report import CSV_FIELDS, SUBSTITUTED_LABEL
+from recbole_ext.repro.report import CSV_FIELDS, LATER_CSV_FIELDS, SUBSTITUTED_LABEL
 from recbole_ext.repro.tables import load_table, table_names
 
 INDEX_NAME = "README.md"
@@ -34,6 +34,7 @@ class IndexCell:
     row: str
     values: dict[str, tuple[float | None, float | None, float | None]] = field(default_factory=dict)
     directions: list[bool] = field(default_factory=list)  # one per metric whose claim could be checked
+    p_values: list[float] = field(default_factory=list)  # of those, Welch's p where both rows had >= 2 seeds
     compare_to: str = ""
     partial: bool = False
     data_used: str = ""  # the --use-data config, when the cell ran on other data
@@ -71,7 +72,7 @@ def read_table_csv(path: Path) -> IndexTable:
     one-line error naming it (and the line)."""
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
-        missing = [name for name in CSV_FIELDS if name not in (reader.fieldnames or [])]
+        missing = [name for name in CSV_FIELDS if name not in (reader.fieldnames or []) and name not in LATER_CSV_FIELDS]
         if missing:
             raise ConfigError(f"{path}: not a `recbole-ext reproduce` table CSV (no column {', '.join(missing)})")
         cells: dict[tuple[str, str], IndexCell] = {}
@@ -90,6 +91,9 @@ def read_table_csv(path: Path) -> IndexTable:
                                                 for f in ("ours_mean", "published", "rel_diff"))
             if line["direction_holds"] in ("True", "False"):
                 cell.directions.append(line["direction_holds"] == "True")
+                p_value = _float(line.get("p_value") or "", path, line_number, "p_value")
+                if p_value is not None:
+                    cell.p_values.append(p_value)
     title, total_cells = _shipped_title_and_size(path.stem, len(all_cells))
     return IndexTable(path.stem, title, metrics, list(cells.values()), total_cells)
 
@@ -120,7 +124,10 @@ def _direction_text(cell: IndexCell) -> str:
         return "–"
     held = sum(cell.directions)
     verdict = "yes" if held == len(cell.directions) else ("**no**" if held == 0 else "mixed")
-    return f"{verdict} ({held}/{len(cell.directions)}) vs {cell.compare_to}"
+    text = f"{verdict} ({held}/{len(cell.directions)}) vs {cell.compare_to}"
+    if cell.p_values:  # how many of the signs are more than seed noise
+        text += f"; p < 0.05 on {sum(p < 0.05 for p in cell.p_values)}/{len(cell.p_values)}"
+    return text
 
 
 def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] = ()) -> str:
@@ -128,7 +135,9 @@ def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] 
     out.write("# Reproduced tables at a glance\n\n")
     out.write(f"Written by `recbole-ext reproduce --index --out {out_dir}` from the `<table>.csv` files in "
               "this folder. Each cell reads **ours / published (ours − published, relative)**; "
-              "*direction* says on how many metrics the paper's claimed sign of (row − compared row) holds in ours. Each table's own `.md` has "
+              "*direction* says on how many metrics the paper's claimed sign of (row − compared row) holds in ours, "
+              "and, where both rows have two seeds or more, on how many our difference passes Welch's t-test "
+              "(p < 0.05), i.e. is unlikely to be seed noise. Each table's own `.md` has "
               "the command that trained it, the hardware, the date, the protocol, errata and the cells "
               "not run; docs/reproduction.md discusses every cell. A cell that ran on other data than the "
               f"paper's (`--use-data`) names it and is marked *{SUBSTITUTED_LABEL}*. Quick-budget tables are "

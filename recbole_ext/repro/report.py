@@ -56,7 +56,9 @@ def _ours(line: Line, digits: int) -> str:
 
 def _holds(line: Line) -> str:
     holds = line.direction_holds
-    return "–" if holds is None else ("yes" if holds else "**no**")
+    if holds is None:
+        return "–"
+    return ("yes" if holds else "**no**") + ("" if line.p_value is None else f" (p = {line.p_value:.2f})")
 
 
 def _labels(line: Line, info: RunInfo) -> list[str]:
@@ -98,7 +100,8 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
         out.write(f"- erratum: {erratum.get('row')} / {erratum.get('column')} / {erratum.get('metric', '')}: "
                   f"printed {erratum.get('printed')}, used {erratum.get('used', '–')} — {erratum.get('note', '')}\n")
     out.write("\nDifferences are ours − published; *direction* compares the sign of (row − compared row) "
-              "in the paper and in ours.\n")
+              "in the paper and in ours; p: Welch's t-test of the row's seeds against the compared row's "
+              "(given from two seeds a side), below 0.05 when our difference is unlikely to be seed noise.\n")
     for column in dict.fromkeys(l.column for l in lines):
         column_lines = [l for l in lines if l.column == column]
         substituted = next((l.data_label for l in column_lines if l.data_label), "")
@@ -122,7 +125,9 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
 
 CSV_FIELDS = ["table", "budget", "label", "dataset", "data_used", "row", "row_label", "metric", "metric_key",
               "published", "ours_mean", "ours_std", "n_seeds", "abs_diff", "rel_diff", "compare_to",
-              "published_gain", "ours_gain", "direction_holds", "status", "reason"]
+              "published_gain", "ours_gain", "direction_holds", "status", "reason", "p_value"]
+# columns added after tables were committed: a reader of older CSVs does without them
+LATER_CSV_FIELDS = ("p_value",)
 
 
 def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
@@ -137,7 +142,7 @@ def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> Non
             "ours_mean": line.mean, "ours_std": line.std, "n_seeds": len(line.ours), "abs_diff": line.abs_diff,
             "rel_diff": line.rel_diff, "compare_to": line.compare_to or "", "published_gain": line.published_gain,
             "ours_gain": line.ours_gain, "direction_holds": line.direction_holds, "status": line.status,
-            "reason": line.reason,
+            "reason": line.reason, "p_value": line.p_value,
         })
     text = out.getvalue()
     atomic_write_bytes(path, lambda handle: handle.write(text.encode()))

@@ -12,6 +12,8 @@ printed in percent), or a measurement:
 
 Direction: a row with ``compare_to`` claims the paper's sign of ``row − compare_to`` (a gain of the
 method over its base, or of the full model over an ablation); it *holds* when ours has the same sign.
+With two seeds or more on both sides, ``p_value`` is Welch's t-test of the row's seeds against the
+compared row's: whether our sign is more than seed noise (a one-seed "holds" cannot say).
 
 Measurements (``DEVICE_BOUND_KEYS``) belong to the device and precision a run trained at, and runs
 of other settings stand in for a cell's metrics (``RunSpec.keys_elsewhere``): a measurement is
@@ -48,6 +50,7 @@ class Line:
     published_gain: float | None = None   # (row - compare_to) / |compare_to|, published
     ours_gain: float | None = None
     measured_on: frozenset[str] | None = None  # DEVICE_BOUND_KEYS: the settings ``ours`` came from
+    p_value: float | None = None  # Welch's t-test, ours against compare_to's (>= 2 seeds each)
 
     @property
     def mean(self) -> float | None:
@@ -155,3 +158,14 @@ def _fill_directions(lines: list[Line]) -> None:
             continue
         if line.mean is not None and base.mean:
             line.ours_gain = (line.mean - base.mean) / abs(base.mean)
+            line.p_value = welch_p_value(line.ours, base.ours)
+
+
+def welch_p_value(ours: list[float], base: list[float]) -> float | None:
+    """Two-sided p of Welch's t-test (unequal variances) of two sets of per-seed values; None below two
+    seeds a side, or when neither side varies (no noise to weigh the difference against)."""
+    if len(ours) < 2 or len(base) < 2 or (statistics.pvariance(ours) == 0 and statistics.pvariance(base) == 0):
+        return None
+    from scipy import stats
+
+    return float(stats.ttest_ind(ours, base, equal_var=False).pvalue)

@@ -110,3 +110,18 @@ def test_reproduce_rewrites_the_index_after_each_table(tmp_path, capsys):
     assert f"wrote {tmp_path / INDEX_NAME}" in capsys.readouterr().out
     text = (tmp_path / INDEX_NAME).read_text()
     assert "## tiny_table" in text and "No cell has our numbers yet." in text
+
+
+def test_index_counts_the_signs_that_pass_welchs_test_and_reads_csvs_written_before_p_values(tmp_path):
+    table = load_table("denoiser-t2")
+    lines = [*cell_lines(table, "sasrec", "ML", [0.75, 0.50]),
+             *cell_lines(table, "sasrec+denoiser", "ML", [0.76, 0.51], gains=[0.0133, 0.02], compare_to="sasrec")]
+    lines[2].p_value, lines[3].p_value = 0.01, 0.40
+    write_csv(table, lines, info(), tmp_path / "denoiser-t2.csv")
+    assert "yes (2/2) vs sasrec; p < 0.05 on 1/2 |" in write_index(tmp_path).read_text()
+
+    rows = (tmp_path / "denoiser-t2.csv").read_text().splitlines()  # as written before the p_value column
+    assert rows[0].endswith(",p_value")
+    (tmp_path / "denoiser-t2.csv").write_text("\n".join(row.rsplit(",", 1)[0] for row in rows) + "\n")
+    text = write_index(tmp_path).read_text()
+    assert "yes (2/2) vs sasrec |" in text

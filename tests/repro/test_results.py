@@ -1,6 +1,7 @@
 """``results.collect``: records of finished runs → lines; measurements stay within one device and precision."""
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import pytest
 
 from recbole_ext.repro.plan import plan_table
 from recbole_ext.repro.records import RECORD_FORMAT
-from recbole_ext.repro.results import THIS_SETTING, collect
+from recbole_ext.repro.results import THIS_SETTING, collect, welch_p_value
 from recbole_ext.repro.tables import load_table
 
 TINY_TABLE = Path(__file__).with_name("tiny_table.yaml")
@@ -71,3 +72,36 @@ def test_measurements_of_one_setting_compare_as_before(planned, tmp_path):
     assert base["Train (s/epoch)"].mean == 2.0
     assert base["Train (s/epoch)"].reason == f"trained on {GPU}"
     assert sinusoidal["Train (s/epoch)"].ours_gain == pytest.approx(0.5)
+
+
+def test_welchs_p_value_needs_two_seeds_a_side_and_some_noise():
+    from scipy import stats
+
+    assert welch_p_value([1.0, 2.0, 3.0], [2.0, 3.0, 4.5]) == pytest.approx(
+        stats.ttest_ind([1.0, 2.0, 3.0], [2.0, 3.0, 4.5], equal_var=False).pvalue)
+    assert welch_p_value([1.0], [2.0, 3.0]) is None
+    assert welch_p_value([1.0, 1.0], [2.0, 2.0]) is None
+    assert welch_p_value([10.0, 10.1, 9.9], [1.0, 1.1, 0.9]) < 1e-4  # far apart
+    assert welch_p_value([1.0, 3.0], [1.1, 2.9]) > 0.9                # within the noise
+
+
+def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_path):
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    for row, recalls in (("base", (0.10, 0.12)), ("sinusoidal", (0.11, 0.14))):
+        for spec, recall in zip(runs[row], recalls):
+            write_record(records, spec.key, recall, 3.0)
+    lines = collect(table, cells, records)
+    sinusoidal = lines_by(lines, "sinusoidal")["Recall@10"]
+    assert sinusoidal.direction_holds is True
+    assert sinusoidal.p_value == pytest.approx(welch_p_value([11.0, 14.0], [10.0, 12.0]))
+    assert lines_by(lines, "base")["Recall@10"].p_value is None  # compared to nothing
+    from recbole_ext.repro.report import RunInfo, write_csv, write_markdown
+
+    info = RunInfo(command="test", budget="quick", seeds=2, bf16=False, hardware="cpu", date="today", wall_time_s=0)
+    write_markdown(table, lines, info, tmp_path / "table.md")
+    assert f"| yes (p = {sinusoidal.p_value:.2f}) |" in (tmp_path / "table.md").read_text()
+    write_csv(table, lines, info, tmp_path / "table.csv")
+    with open(tmp_path / "table.csv") as handle:
+        (line,) = [l for l in csv.DictReader(handle) if l["row"] == "sinusoidal" and l["metric"] == "Recall@10"]
+    assert float(line["p_value"]) == pytest.approx(sinusoidal.p_value)
