@@ -144,7 +144,7 @@ def command_list(args) -> int:
 def command_reproduce(args) -> int:
     from recbole_ext.devices import device_label
     from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
-    from recbole_ext.repro.index import write_index
+    from recbole_ext.repro.index import refresh_indexes, write_index
     from recbole_ext.repro.plan import QUICK_LABEL, hardware_label, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
@@ -186,7 +186,9 @@ def command_reproduce(args) -> int:
                    hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)
-    for path in [*write_reports(table, lines, info, out), write_index(out)]:
-        if path:  # no index when the folder holds only quick-budget tables
-            print(f"wrote {path}")
+    skipped: list[str] = []
+    for path in [*write_reports(table, lines, info, out), *refresh_indexes(out, skipped)]:
+        print(f"wrote {path}")  # no index when the folder holds only quick-budget tables
+    for message in skipped:
+        print(message)
     return 1 if progress.failed else 0

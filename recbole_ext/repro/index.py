@@ -25,6 +25,7 @@ from recbole_ext.repro.report import CSV_FIELDS, LATER_CSV_FIELDS, SUBSTITUTED_L
 from recbole_ext.repro.tables import load_table, table_names
 
 INDEX_NAME = "README.md"
+INDEX_HEADING = "# Reproduced tables at a glance"
 DONE_STATES = ("done", "partial")
 
 
@@ -70,6 +71,13 @@ def _shipped_title_and_size(name: str, csv_cells: int) -> tuple[str, int]:
 def read_table_csv(path: Path) -> IndexTable:
     """One table's CSV: the cells with our numbers, in the table's order; a malformed file is a
     one-line error naming it (and the line)."""
+    try:
+        return _read_table_csv(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise ConfigError(f"{path}: not a readable table CSV ({error.__class__.__name__}: {error})") from None
+
+
+def _read_table_csv(path: Path) -> IndexTable:
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
         missing = [name for name in CSV_FIELDS if name not in (reader.fieldnames or []) and name not in LATER_CSV_FIELDS]
@@ -132,7 +140,7 @@ def _direction_text(cell: IndexCell) -> str:
 
 def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] = ()) -> str:
     out = io.StringIO()
-    out.write("# Reproduced tables at a glance\n\n")
+    out.write(INDEX_HEADING + "\n\n")
     out.write(f"Written by `recbole-ext reproduce --index --out {out_dir}` from the `<table>.csv` files in "
               "this folder. Each cell reads **ours / published (ours − published, relative)**; "
               "*direction* says on how many metrics the paper's claimed sign of (row − compared row) holds in ours, "
@@ -172,15 +180,45 @@ def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] 
     return out.getvalue()
 
 
-def write_index(out_dir: Path) -> Path | None:
+def write_index(out_dir: Path, skipped: list[str] | None = None) -> Path | None:
     """Write ``out_dir/README.md`` from every table CSV in ``out_dir`` (none: nothing written), with a
-    link to each subfolder that has an index of its own (e.g. tables run on substituted data)."""
-    paths = sorted(path for path in Path(out_dir).glob("*.csv") if not path.name.endswith(".quick.csv"))
-    if not paths:
+    link to each subfolder that has an index of its own (e.g. tables run on substituted data).
+
+    A CSV that is no table CSV, or a damaged one, is a one-line error; with ``skipped`` (the refresh
+    after a table, ``refresh_indexes``) it is left out and its error appended there instead, so a
+    user's own CSV beside the tables cannot fail a reproduction whose outputs are already written."""
+    tables = []
+    for path in sorted(path for path in Path(out_dir).glob("*.csv") if not path.name.endswith(".quick.csv")):
+        try:
+            tables.append(read_table_csv(path))
+        except ConfigError as error:
+            if skipped is None:
+                raise
+            skipped.append(f"left out of the index: {error}")
+    if not tables:
         return None
-    tables = [read_table_csv(path) for path in paths]
     subfolders = sorted(d.name for d in Path(out_dir).iterdir() if (d / INDEX_NAME).is_file())
     text = render_index(tables, out_dir, subfolders)
     target = Path(out_dir) / INDEX_NAME
     atomic_write_bytes(target, lambda handle: handle.write(text.encode()))
     return target
+
+
+def is_index(path: Path) -> bool:
+    """Whether ``path`` is an index this module wrote (a folder's README.md may be someone else's)."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return handle.readline().rstrip("\n") == INDEX_HEADING
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def refresh_indexes(out_dir: Path, skipped: list[str]) -> list[Path]:
+    """After a table is written: rewrite ``out_dir``'s index, and its parent folder's when that one has
+    an index of ours (so it links a new subfolder, e.g. ``docs/results/ml100k/``); CSVs that cannot
+    be indexed are left out, their errors appended to ``skipped``."""
+    written = [write_index(out_dir, skipped)]
+    parent = Path(out_dir).resolve().parent
+    if written[0] and is_index(parent / INDEX_NAME):
+        written.append(write_index(parent, skipped))
+    return [path for path in written if path]

@@ -125,3 +125,31 @@ def test_index_counts_the_signs_that_pass_welchs_test_and_reads_csvs_written_bef
     (tmp_path / "denoiser-t2.csv").write_text("\n".join(row.rsplit(",", 1)[0] for row in rows) + "\n")
     text = write_index(tmp_path).read_text()
     assert "yes (2/2) vs sasrec |" in text
+
+
+def test_the_refresh_after_a_table_leaves_out_csvs_it_cannot_index_and_names_them(tmp_path, capsys):
+    """A user's own CSV beside the tables fails `--index` (one line naming it), but not the
+    reproduction whose table was just written: the refresh leaves it out and says so."""
+    (tmp_path / "my_notes.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'binary.csv'}: not a readable table CSV")):
+        write_index(tmp_path)
+    assert main(["reproduce", str(TINY_TABLE), "--budget", "paper", "--report-only", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / INDEX_NAME}" in out
+    assert f"left out of the index: {tmp_path / 'my_notes.csv'}: not a `recbole-ext reproduce` table CSV" in out
+    assert f"left out of the index: {tmp_path / 'binary.csv'}: not a readable table CSV" in out
+    assert "## tiny_table" in (tmp_path / INDEX_NAME).read_text()
+
+
+def test_a_table_written_in_a_subfolder_refreshes_the_parents_index_only_if_it_is_ours(denoiser_out, capsys):
+    write_index(denoiser_out)
+    sub = denoiser_out / "ml100k"
+    assert main(["reproduce", str(TINY_TABLE), "--budget", "paper", "--report-only", "--out", str(sub)]) == 0
+    assert f"wrote {denoiser_out / INDEX_NAME}" in capsys.readouterr().out
+    assert "[ml100k/](ml100k/README.md)" in (denoiser_out / INDEX_NAME).read_text()
+
+    readme = "# A project's own README\n"
+    (denoiser_out / INDEX_NAME).write_text(readme)  # someone else's README.md: left alone
+    assert main(["reproduce", str(TINY_TABLE), "--budget", "paper", "--report-only", "--out", str(sub)]) == 0
+    assert (denoiser_out / INDEX_NAME).read_text() == readme
