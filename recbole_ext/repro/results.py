@@ -72,8 +72,8 @@ class Line:
 
     @property
     def direction_holds(self) -> bool | None:
-        if self.published_gain is None or self.ours_gain is None or self.published_gain == 0:
-            return None
+        if self.published_gain is None or self.ours_gain is None or 0 in (self.published_gain, self.ours_gain):
+            return None  # a tie claims no sign, and shows none
         return (self.published_gain > 0) == (self.ours_gain > 0)
 
 

@@ -105,3 +105,15 @@ def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_
     with open(tmp_path / "table.csv") as handle:
         (line,) = [l for l in csv.DictReader(handle) if l["row"] == "sinusoidal" and l["metric"] == "Recall@10"]
     assert float(line["p_value"]) == pytest.approx(sinusoidal.p_value)
+
+
+def test_a_tie_has_no_direction(planned, tmp_path):
+    """Equal means (records keep 4 decimals, so ties happen) neither hold nor break a claimed sign."""
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    for row in ("base", "sinusoidal"):
+        for spec, recall in zip(runs[row], (0.10, 0.12)):
+            write_record(records, spec.key, recall, 3.0)
+    sinusoidal = lines_by(collect(table, cells, records), "sinusoidal")["Recall@10"]
+    assert sinusoidal.published_gain == pytest.approx(0.2) and sinusoidal.ours_gain == 0
+    assert sinusoidal.direction_holds is None
