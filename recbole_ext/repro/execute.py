@@ -25,8 +25,9 @@ from recbole_ext.repro.plan import Cell, RunSpec
 from recbole_ext.repro.records import MEASURE_FILE, find_record, record_of_run, write_record
 
 
-def run_dir_of(spec: RunSpec) -> Path:
-    return Path(spec.values["output_dir"]) / spec.values["run_name"]
+def run_dir_of(spec: RunSpec, key: str | None = None) -> Path:
+    """The cache directory of ``spec``'s run, or of the same run under another of its keys."""
+    return Path(spec.values["output_dir"]) / (key or spec.values["run_name"])
 
 
 def is_finished(run_dir: Path) -> bool:
@@ -87,8 +88,7 @@ def finished_run_dirs(spec: RunSpec) -> dict[str, Path]:
     """The finished run directories of ``spec`` in the cache, by key: its own, and those of the same
     run trained at the other precision or brought back from a lent GPU (``RunSpec.keys_elsewhere``),
     which stand in for it even before their records are written."""
-    runs = Path(spec.values["output_dir"])
-    return {key: runs / key for key in spec.keys() if is_finished(runs / key)}
+    return {key: run_dir_of(spec, key) for key in spec.keys() if is_finished(run_dir_of(spec, key))}
 
 
 def is_cached(spec: RunSpec, records: Path) -> bool:
@@ -130,7 +130,7 @@ def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:
         if progress:
             own.append(f"seed {spec.seed} {progress}")
         for label, key in spec.keys_elsewhere.items():
-            progress = _progress(Path(spec.values["output_dir"]) / key)
+            progress = _progress(run_dir_of(spec, key))
             if progress:
                 elsewhere.append(f"seed {spec.seed} {progress} ({label})")
     return own, elsewhere
