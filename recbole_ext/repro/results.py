@@ -140,8 +140,8 @@ def _keep_one_setting(line: Line, settings: list[str]) -> None:
     if len(line.measured_on) > 1:
         line.ours = []
         named = THIS_SETTING not in line.measured_on  # the cell's reason lists them already
-        settings = "these settings" if named else ", ".join(sorted(line.measured_on))
-        line.reason = (f"{line.reason}; " if line.reason else "") + f"{line.metric.label} not averaged across {settings}"
+        which = "these settings" if named else ", ".join(sorted(line.measured_on))
+        line.reason = (f"{line.reason}; " if line.reason else "") + f"{line.metric.label} not averaged across {which}"
 
 
 def _fill_directions(lines: list[Line]) -> None:
