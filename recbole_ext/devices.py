@@ -28,3 +28,19 @@ def as_device_label(recorded: str) -> str:
     """A device as a run directory's ``measure.json`` recorded it, as a label: files written before
     the labels were shared hold the bare GPU name."""
     return recorded if recorded == "cpu" or recorded.startswith("cuda:") else f"cuda:{recorded}"
+
+
+def hardware_label(device=None) -> str:
+    """The device and the CPU model, e.g. ``cpu; CPU AMD EPYC (2 logical cores)``: what a run's
+    ``metrics.json`` and its reproduction record say it trained on, and what a table's header names.
+    Not part of cache keys (two CPU models share the ``cpu`` label): timings differ between them,
+    metrics do not."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{device_label(device)}; CPU {cpu} ({os.cpu_count()} logical cores)"

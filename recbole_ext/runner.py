@@ -35,7 +35,7 @@ from recbole_ext.config import ResolvedConfig, resolve
 from recbole_ext.config.schema import KEYS_ADDED_LATER
 from recbole_ext.data import require_atomic_files
 from recbole_ext.data.windows import last_window_loader
-from recbole_ext.devices import device_label
+from recbole_ext.devices import device_label, hardware_label
 from recbole_ext.errors import ConfigError
 from recbole_ext.models.trimming import sort_evaluation_by_length
 from recbole_ext.resume import ResumeError, config_fingerprint, load_resume_state, restore_trainer, training_is_over
@@ -162,6 +162,7 @@ def run(config_file: str | os.PathLike | None = None, overrides: list[str] = (),
     if state is not None:
         metrics = _resumed_metrics(run_dir, state, config, metrics)
     metrics["device"] = device_label(config["device"])  # this attempt's: a resume may move to another GPU
+    metrics["hardware"] = hardware_label(config["device"])
     run_dir.mkdir(parents=True, exist_ok=True)
     config_text = yaml.safe_dump(
         {**resolved.as_dict(), "_sources": [str(p) for p in resolved.files]}, sort_keys=False)

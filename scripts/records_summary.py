@@ -1,9 +1,9 @@
 """Summarise a records folder (``recbole_ext/repro/records.py``): how its runs trained, per model and
-device, and how early stopping split them. The docs' figures about a table's runs come from here.
+hardware, and how early stopping split them. The docs' figures about a table's runs come from here.
 
     python scripts/records_summary.py docs/results/ml100k/records [--metric recall@10] [--best-before 20] [--runs]
 
-Prints, per (model, device): the number of runs, their training seconds per epoch (median, min–max)
+Prints, per (model, hardware and precision): the number of runs, their training seconds per epoch (median, min–max)
 and epochs run (min–max); over all runs, the range of epochs run; and with ``--best-before N`` the
 mean of ``--metric`` (×100) over the runs whose best validation epoch came before epoch N, and
 over the others. ``--runs`` first lists every run: key, model, device, best epoch, epochs run and
@@ -28,17 +28,20 @@ def run_lines(records: list[dict], metric: str) -> list[str]:
 
 
 def summary_lines(records: list[dict], metric: str, best_before: int | None) -> list[str]:
+    from recbole_ext.repro.records import record_hardware
+
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for record in records:
+    for record in records:  # timings compare within one device, CPU model and precision only
         precision = record.get("training_precision", "fp32")
-        groups[(record["metrics"].get("model", "?"), f"{record.get('device', 'cpu')} ({precision})")].append(record)
-    lines = [f"{'model':<16} {'device':<36} {'runs':>4} {'train s/epoch: median (min-max)':>34} {'epochs run':>11}"]
+        groups[(record["metrics"].get("model", "?"), f"{record_hardware(record)} ({precision})")].append(record)
+    width = max([36, *(len(device) for _, device in groups)])
+    lines = [f"{'model':<16} {'hardware':<{width}} {'runs':>4} {'train s/epoch: median (min-max)':>34} {'epochs run':>11}"]
     for (model, device), runs in sorted(groups.items()):
         seconds = [r["timing"]["train_s_per_epoch"] for r in runs if "train_s_per_epoch" in r.get("timing", {})]
         epochs = [r["metrics"]["epochs_run"] for r in runs if "epochs_run" in r["metrics"]]
         timing = f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f})" if seconds else "-"
         epoch_text = f"{min(epochs)}-{max(epochs)}" if epochs else "-"
-        lines.append(f"{model:<16} {device:<36} {len(runs):>4} {timing:>34} {epoch_text:>11}")
+        lines.append(f"{model:<16} {device:<{width}} {len(runs):>4} {timing:>34} {epoch_text:>11}")
     epochs = [r["metrics"]["epochs_run"] for r in records if "epochs_run" in r["metrics"]]
     if epochs:
         lines.append(f"all {len(records)} runs: {min(epochs)} to {max(epochs)} epochs run")

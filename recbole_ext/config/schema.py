@@ -26,7 +26,7 @@ from recbole_ext.nn.registry import check_type
 # (``pack_tokens``, since 2026-11-23) gives new cells new keys, as it should (they train differently);
 # a run directory that predates it resumes at its former value (``runner.with_later_keys_at_former_values``).
 KEYS_ADDED_LATER: dict[str, Any] = {"pack_tokens": False, "training_samples": "prefixes", "nce_negatives": 512,
-                                    "nce_threshold": 0.99}
+                                    "nce_threshold": 0.99, "block_layout": "post_ln"}
 
 
 # Switches that change how fast a run computes, never what: the same outputs and the same random

@@ -66,6 +66,9 @@ class SeqTransformer(SequentialRecommender):
                              positive),
         "nce_threshold": Key(float, "loss_type InfoNCE: a negative whose cosine with the target exceeds this is "
                                     "left out (HLLM's nce_thres 0.99)", in_range(-1.0, 1.0)),
+        "block_layout": Key(Literal["post_ln", "pre_ln"], "post_ln: RecBole's blocks, LN(x + sublayer(x)); pre_ln: "
+                                                         "x + sublayer(LN(x)) and one LN after the last block, as "
+                                                         "SASRec's own code (nn/transformer.py)"),
         "dropout_impl": Key(Literal["fast", "torch"], "dropout random stream (nn/dropout.py); torch: RecBole's, "
                                                        "so training batches are neither trimmed nor packed"),
         "trim_padding": Key(bool, "cut each batch's trailing padding where every part declares it exact "

@@ -35,6 +35,7 @@ class TransformerDims:
     layer_norm_eps: float
     max_seq_length: int
     dropout_impl: str = "fast"  # see nn/dropout.py
+    block_layout: str = "post_ln"  # see nn/transformer.py
 
     @property
     def head_size(self) -> int:
@@ -53,6 +54,7 @@ class TransformerDims:
             layer_norm_eps=config["layer_norm_eps"],
             max_seq_length=max_seq_length,
             dropout_impl=config["dropout_impl"] or "fast",
+            block_layout=config["block_layout"] or "post_ln",
         )
 
 

@@ -1,8 +1,17 @@
 """The transformer with slots: blocks whose attention is a part, sharing one position part.
 
-Layout is RecBole's (post-LN, as in BERT): ``h = LN(x + Dropout(Attn(x)))``,
-``out = LN(h + Dropout(W2 act(W1 h)))``. The order of dropout calls matches RecBole's, so with the
-same weights and seed the two produce the same numbers in training too.
+Two block layouts (``block_layout``):
+
+- ``post_ln`` (default), RecBole's, as in BERT: ``h = LN(x + Dropout(Attn(x)))``,
+  ``out = LN(h + Dropout(W2 act(W1 h)))``. The order of dropout calls matches RecBole's, so with the
+  same weights and seed the two produce the same numbers in training too.
+- ``pre_ln``, as SASRec's own code and the papers built on it (TiSASRec, SSE-PT, Rec-Denoiser):
+  ``h = x + Dropout(Attn(LN(x)))``, ``out = h + Dropout(W2 act(W1 LN(h)))``, and one LN after the
+  last block. The residual stream is never normalised inside the blocks, so a block's Jacobian is
+  the identity plus the sublayers' (Rec-Denoiser's Eq. 12 penalises it; docs/recdenoiser.md,
+  "γ on windows"). SASRec's code normalises the queries only and adds the residual to them; here the
+  attention reads one normalised input for queries, keys and values, the standard pre-LN block
+  (Xiong et al. 2020), so every attention part fits the slot unchanged.
 
 Two switches shrink the token-wise part of a block (everything after the attention) without
 changing any output that is read: ``pack_tokens`` runs it on the real tokens only, and
@@ -51,12 +60,16 @@ class TransformerBlock(nn.Module):
         self.ffn = FeedForward(dims)
         self.ffn_dropout = Dropout(dims.hidden_dropout_prob, dims.dropout_impl)
         self.ffn_norm = nn.LayerNorm(dims.hidden_size, eps=dims.layer_norm_eps)
+        self.pre_ln = dims.block_layout == "pre_ln"
+
+    def attention_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.attention_norm(hidden) if self.pre_ln else hidden
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext, last: bool = False) -> torch.Tensor:
         """[B, L, D] → [B, L, D]; the last block of a pass with ``context.read_rows`` → [R, D]."""
         if last and context.read_rows is not None:
             return self.at_read_rows(hidden, context)
-        attended = self.attention(hidden, context)
+        attended = self.attention(self.attention_input(hidden), context)
         index = context.packed_rows
         if index is None:
             return self.token_wise(hidden, attended)
@@ -87,7 +100,7 @@ class TransformerBlock(nn.Module):
         context.queries_at_read_rows = self.attention.attends_from_read_rows and not context.wants \
             and type(context.position).logit_bias is PositionPart.logit_bias
         try:
-            attended = self.attention(hidden, context)
+            attended = self.attention(self.attention_input(hidden), context)
             if not context.queries_at_read_rows:
                 if attended.dim() == hidden.dim():
                     attended = gather_tokens(attended, reads)
@@ -99,6 +112,9 @@ class TransformerBlock(nn.Module):
 
     def token_wise(self, hidden: torch.Tensor, attended: torch.Tensor, rows: RowSelection | None = None) -> torch.Tensor:
         """The block after its attention, position by position: residual, norm, feed-forward."""
+        if self.pre_ln:
+            hidden = hidden + self.attention_dropout(attended, rows)
+            return hidden + self.ffn_dropout(self.ffn(self.ffn_norm(hidden)), rows)
         hidden = self.attention_norm(hidden + self.attention_dropout(attended, rows))
         return self.ffn_norm(hidden + self.ffn_dropout(self.ffn(hidden), rows))
 
@@ -111,10 +127,13 @@ class TransformerEncoder(nn.Module):
         self.blocks = nn.ModuleList(
             TransformerBlock(dims, ATTENTION.build(attention, dims, index)) for index in range(dims.n_layers)
         )
+        # pre_ln: the residual stream leaves the last block unnormalised
+        self.final_norm = nn.LayerNorm(dims.hidden_size, eps=dims.layer_norm_eps) \
+            if dims.block_layout == "pre_ln" else None
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         for index, block in enumerate(self.blocks):
             context.layer_index = index
             hidden = block(hidden, context, last=index == len(self.blocks) - 1)
             context.record("layer_outputs", hidden)
-        return hidden
+        return hidden if self.final_norm is None else self.final_norm(hidden)

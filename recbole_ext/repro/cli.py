@@ -142,13 +142,13 @@ def command_list(args) -> int:
 
 
 def command_reproduce(args) -> int:
-    from recbole_ext.devices import device_label
+    from recbole_ext.devices import device_label, hardware_label
     from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
     from recbole_ext.repro.index import refresh_indexes, write_index
-    from recbole_ext.repro.plan import QUICK_LABEL, hardware_label, plan_table
+    from recbole_ext.repro.plan import QUICK_LABEL, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
-    from recbole_ext.repro.results import collect
+    from recbole_ext.repro.results import collect, trained_on
     from recbole_ext.repro.tables import load_table
 
     if args.list:
@@ -185,7 +185,8 @@ def command_reproduce(args) -> int:
     info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, bf16=args.bf16,
                    hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
-                   wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed)
+                   wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed,
+                   trained_on=trained_on(cells, records))
     skipped: list[str] = []
     for path in [*write_reports(table, lines, info, out), *refresh_indexes(out, skipped)]:
         print(f"wrote {path}")  # no index when the folder holds only quick-budget tables

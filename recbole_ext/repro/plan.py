@@ -88,19 +88,6 @@ def budget_values(table: Table, budget: str, file_values: dict[str, Any]) -> dic
     return values
 
 
-def hardware_label() -> str:
-    """What the report names as hardware (not part of the cache key beyond :func:`device_label`)."""
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next((l.split(":", 1)[1].strip() for l in handle if l.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{device_label()}; CPU {cpu} ({os.cpu_count()} logical cores)"
-
-
 def data_fingerprint(data_path: str, dataset: str) -> list:
     """Size and a hash of the first MiB of each atomic file: reconverted data misses the cache."""
     directory = Path(data_path or "dataset/") / dataset

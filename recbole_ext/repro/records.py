@@ -14,7 +14,11 @@ The key hashes the device too (``devices.device_label``), so a record also names
 record trained elsewhere (cells run on a lent GPU, their records committed) stands in for the same
 config on this machine: ``recorded_devices`` lists the devices in a records directory, the plan
 computes each run's key there (``RunSpec.keys_elsewhere``) and ``find_record`` takes this device's
-record first. Records written before the field existed were all trained on CPU. Training precision
+record first. Records written before the field existed were all trained on CPU. A record also
+names its ``hardware`` (device and CPU model, ``devices.hardware_label``): a table's header lists
+what its runs trained on, whichever machine rewrote it, and timings are averaged per CPU model too
+(``results``). The records committed before 2026-11-27 had it filled in from the headers of the
+tables their sessions wrote (AMD EPYC, 2 logical cores; the lent H200's CPU was not recorded). Training precision
 works the same way: a run trained under ``reproduce --bf16`` has a key of its own, and records at
 either precision stand in for the other's (``plan.stand_in_keys``).
 """
@@ -66,6 +70,9 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
               "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
     if "training_precision" in measure:  # for readers of the file; the key tells the plan already
         record["training_precision"] = measure["training_precision"]
+    hardware = measure.get("hardware") or metrics.get("hardware")
+    if hardware:
+        record["hardware"] = hardware
     return record
 
 
@@ -110,6 +117,12 @@ def read_record(records: Path, key: str) -> dict[str, Any] | None:
 
 def record_device(record: dict[str, Any]) -> str:
     return record.get("device", "cpu")
+
+
+def record_hardware(record: dict[str, Any]) -> str:
+    """What the run trained on (``devices.hardware_label``): the device and the CPU model. Runs
+    recorded before it was kept say only their device."""
+    return record.get("hardware") or f"{record_device(record)}; CPU not recorded"
 
 
 def recorded_devices(records: Path) -> set[str]:

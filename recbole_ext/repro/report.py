@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.compat import atomic_write_bytes
@@ -25,12 +25,22 @@ class RunInfo:
     budget: str
     seeds: int
     bf16: bool
-    hardware: str
+    hardware: str  # this call's (devices.hardware_label)
     date: str
     wall_time_s: float
     ran: int = 0
     cached: int = 0
     failed: int = 0
+    trained_on: dict[str, int] = field(default_factory=dict)  # the table's finished runs: hardware -> count
+
+    def hardware_text(self) -> str:
+        """The runs' hardware, which a table rewritten on another machine (``--report-only``) must
+        not take from the machine that rewrote it; then this call's."""
+        if not self.trained_on:
+            return self.hardware
+        runs = ", ".join(f"{hardware} ({count} run{'s' if count != 1 else ''})"
+                         for hardware, count in self.trained_on.items())
+        return f"runs trained on {runs}; this call on {self.hardware}"
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -89,7 +99,7 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     out.write(f"- command: `{info.command}`\n")
     precision = "bf16 autocast (--bf16; evaluation in fp32)" if info.bf16 else "fp32"
     out.write(f"- budget: {info.budget}; seeds: {info.seeds}; training precision: {precision}; "
-              f"hardware: {info.hardware}; date: {info.date}; "
+              f"hardware: {info.hardware_text()}; date: {info.date}; "
               f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
               f"{info.failed} failed)\n")
     if table.scale != 1:

@@ -15,7 +15,7 @@ method over its base, or of the full model over an ablation); it *holds* when ou
 With two seeds or more on both sides, ``p_value`` is Welch's t-test of the row's seeds against the
 compared row's: whether our sign is more than seed noise (a one-seed "holds" cannot say).
 
-Measurements (``DEVICE_BOUND_KEYS``) belong to the device and precision a run trained at, and runs
+Measurements (``DEVICE_BOUND_KEYS``) belong to the device, CPU model and precision a run trained at, and runs
 of other settings stand in for a cell's metrics (``RunSpec.keys_elsewhere``): a measurement is
 averaged only over runs of one setting, and compared only with a row measured in the same one. A
 cell whose runs mix settings leaves it empty and says why, rather than average a CPU epoch with a
@@ -28,11 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
-from recbole_ext.repro.records import TIMING_KEYS, find_record, record_values
+from recbole_ext.repro.records import TIMING_KEYS, find_record, record_hardware, record_values
 from recbole_ext.repro.tables import Metric, Table
 
 DEVICE_BOUND_KEYS = frozenset({*TIMING_KEYS, "peak_gpu_mem_gb"})
 THIS_SETTING = "this call's device and precision"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a run's measurements were taken: its device and precision as the plan labels them
+    (``RunSpec.where``, or :data:`THIS_SETTING`), and its hardware with the CPU model, since two
+    CPUs share the device label ``cpu`` but not their timings."""
+
+    placement: str
+    hardware: str
 
 
 @dataclass
@@ -49,7 +59,7 @@ class Line:
     compare_to: str | None = None
     published_gain: float | None = None   # (row - compare_to) / |compare_to|, published
     ours_gain: float | None = None
-    measured_on: frozenset[str] | None = None  # DEVICE_BOUND_KEYS: the settings ``ours`` came from
+    measured_on: frozenset[Setting] | None = None  # DEVICE_BOUND_KEYS: the settings ``ours`` came from
     p_value: float | None = None  # Welch's t-test, ours against compare_to's (>= 2 seeds each)
 
     @property
@@ -114,7 +124,8 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             found = [(spec, find_record(records, spec)) for spec in cell.runs]
             finished = [record for _, record in found if record]
             per_run = [record_values(record, table.scale) for record in finished]
-            settings = [spec.where(record["key"]) or THIS_SETTING for spec, record in found if record]
+            settings = [Setting(spec.where(record["key"]) or THIS_SETTING, record_hardware(record))
+                        for spec, record in found if record]
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
@@ -134,14 +145,31 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
     return lines
 
 
-def _keep_one_setting(line: Line, settings: list[str]) -> None:
+def _keep_one_setting(line: Line, settings: list[Setting]) -> None:
     """A measurement from runs of several settings is no value: empty it, and say which they were."""
     line.measured_on = frozenset(settings)
     if len(line.measured_on) > 1:
         line.ours = []
-        named = THIS_SETTING not in line.measured_on  # the cell's reason lists them already
-        which = "these settings" if named else ", ".join(sorted(line.measured_on))
+        placements = {setting.placement for setting in line.measured_on}
+        if len(placements) == 1:  # one device and precision, several CPU models
+            which = "the CPU models " + ", ".join(sorted(setting.hardware for setting in line.measured_on))
+        elif THIS_SETTING not in placements:  # the cell's reason lists them already
+            which = "these settings"
+        else:
+            which = ", ".join(sorted(placements))
         line.reason = (f"{line.reason}; " if line.reason else "") + f"{line.metric.label} not averaged across {which}"
+
+
+def trained_on(cells: list[Cell], records: Path) -> dict[str, int]:
+    """Hardware → how many of the table's finished runs trained on it (``records.record_hardware``),
+    for the header: a table rewritten elsewhere, or from records, still names where its runs ran."""
+    counts: dict[str, int] = {}
+    for cell in cells:
+        for spec in cell.runs if cell.state == "runnable" else []:
+            record = find_record(records, spec)
+            if record:
+                counts[record_hardware(record)] = counts.get(record_hardware(record), 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _fill_directions(lines: list[Line]) -> None:

@@ -58,6 +58,9 @@ CASES = (
        for name in BACKBONE.names() if name not in LABELED_BACKBONES]
     + [pytest.param({**settings, "aux_losses": f"[{{type: {name}, weight: 0.5}}]"}, id=f"aux-{name}")
        for name, settings in AUX_CASES.items()]
+    # SASRec code's block layout: the residual stream's padded rows differ, real rows must not
+    + [pytest.param({"block_layout": "pre_ln"}, id="layout-pre-ln"),
+       pytest.param({"block_layout": "pre_ln", "backbone": "bert4rec"}, id="layout-pre-ln-cloze")]
     # every position a target (models/window_targets.py); BCE draws a negative per real position
     + [pytest.param({"training_samples": "windows"}, id="windows-ce"),
        pytest.param({"training_samples": "windows", "backbone": "bert4rec"}, id="windows-cloze"),

@@ -180,6 +180,17 @@ def test_outputs_are_written_and_labelled_quick(reproduction):
     assert by_cell[("future", "NDCG@10")]["status"] == "pending"
 
 
+def test_runs_and_records_name_the_hardware_and_the_header_lists_it(reproduction):
+    from recbole_ext.devices import hardware_label
+
+    out = reproduction["out"]
+    runs = list((out / "runs").iterdir())
+    assert {json.loads((p / "metrics.json").read_text())["hardware"] for p in runs} == {hardware_label()}
+    assert {json.loads(p.read_text())["hardware"] for p in (out / "records").glob("*.json")} == {hardware_label()}
+    header = (out / "tiny_table.quick.md").read_text()
+    assert f"hardware: runs trained on {hardware_label()} ({len(runs)} runs); this call on {hardware_label()};" in header
+
+
 def test_ours_are_the_run_directories_test_metrics(reproduction):
     runs = [p for p in (reproduction["out"] / "runs").iterdir()]
     ndcg = sorted(100 * json.loads((p / "metrics.json").read_text())["test"]["ndcg@10"] for p in runs)

@@ -9,17 +9,20 @@ import pytest
 
 from recbole_ext.repro.plan import plan_table
 from recbole_ext.repro.records import RECORD_FORMAT
-from recbole_ext.repro.results import THIS_SETTING, collect, welch_p_value
+from recbole_ext.repro.results import THIS_SETTING, collect, trained_on, welch_p_value
 from recbole_ext.repro.tables import load_table
 
 TINY_TABLE = Path(__file__).with_name("tiny_table.yaml")
 GPU = "cuda:Lent GPU"
 
 
-def write_record(records: Path, key: str, recall: float, train_s: float, device: str = "cpu") -> None:
+def write_record(records: Path, key: str, recall: float, train_s: float, device: str = "cpu",
+                 hardware: str | None = None) -> None:
     records.mkdir(parents=True, exist_ok=True)
     record = {"format": RECORD_FORMAT, "key": key, "device": device, "test": {"recall@10": recall, "ndcg@10": recall / 2},
               "timing": {"train_s_per_epoch": train_s}, "peak_gpu_mem_gb": None, "metrics": {}}
+    if hardware:
+        record["hardware"] = hardware
     (records / f"{key}.json").write_text(json.dumps(record))
 
 
@@ -54,7 +57,7 @@ def test_a_measurement_from_runs_on_two_devices_is_not_averaged_and_says_why(pla
     assert base["Train (s/epoch)"].ours == []
     assert base["Train (s/epoch)"].reason == \
         f"trained on {GPU}; Train (s/epoch) not averaged across {GPU}, {THIS_SETTING}"
-    assert base["Train (s/epoch)"].measured_on == {GPU, THIS_SETTING}
+    assert {setting.placement for setting in base["Train (s/epoch)"].measured_on} == {GPU, THIS_SETTING}
     assert sinusoidal["Train (s/epoch)"].ours == [3.0, 3.0]
     assert sinusoidal["Train (s/epoch)"].ours_gain is None  # against a mixed Base: no direction
     assert sinusoidal["Recall@10"].ours_gain == pytest.approx(12.0 / 11.0 - 1)
@@ -117,3 +120,30 @@ def test_a_tie_has_no_direction(planned, tmp_path):
     sinusoidal = lines_by(collect(table, cells, records), "sinusoidal")["Recall@10"]
     assert sinusoidal.published_gain == pytest.approx(0.2) and sinusoidal.ours_gain == 0
     assert sinusoidal.direction_holds is None
+
+
+def test_timings_from_two_cpu_models_are_not_averaged_and_the_header_names_both(planned, tmp_path):
+    """Both CPUs are the device ``cpu``: their runs are one experiment (metrics average), their epoch
+    times are not one number, and a table rewritten on a third machine still names where its runs ran."""
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    first, second = "cpu; CPU A (2 logical cores)", "cpu; CPU B (2 logical cores)"
+    write_record(records, runs["base"][0].key, 0.10, 30.0, hardware=first)
+    write_record(records, runs["base"][1].key, 0.12, 20.0, hardware=second)
+    for spec in runs["sinusoidal"]:
+        write_record(records, spec.key, 0.11, 25.0)  # recorded before the hardware was kept
+    base, sinusoidal = lines_by(collect(table, cells, records), "base"), lines_by(collect(table, cells, records), "sinusoidal")
+    assert base["Recall@10"].ours == pytest.approx([10.0, 12.0])
+    assert base["Train (s/epoch)"].ours == []
+    assert base["Train (s/epoch)"].reason == f"Train (s/epoch) not averaged across the CPU models {first}, {second}"
+    assert sinusoidal["Train (s/epoch)"].ours == [25.0, 25.0] and sinusoidal["Train (s/epoch)"].ours_gain is None
+
+    counts = trained_on(cells, records)
+    assert counts == {"cpu; CPU not recorded": 2, first: 1, second: 1}
+    from recbole_ext.repro.report import RunInfo, write_markdown
+
+    info = RunInfo(command="test", budget="paper", seeds=2, bf16=False, hardware="cpu; CPU C (8 logical cores)",
+                   date="today", wall_time_s=0, cached=4, trained_on=counts)
+    write_markdown(table, collect(table, cells, records), info, tmp_path / "table.md")
+    assert (f"hardware: runs trained on cpu; CPU not recorded (2 runs), {first} (1 run), {second} (1 run); "
+            f"this call on cpu; CPU C (8 logical cores);") in (tmp_path / "table.md").read_text()
