@@ -181,7 +181,7 @@ def step_flops(config, model, interaction) -> int:
         index = packed_row_index(interaction[model.ITEM_SEQ][:, :length])
         rows = None if index is None else index.numel()
     batch = interaction[model.ITEM_SEQ].size(0)
-    pruned = getattr(model, "prunes_unread_states", False) and model.reshapes_training_batches
+    pruned = getattr(model, "prunes_training_states", False)
     return sasrec_step_flops(batch, length, config["hidden_size"], config["inner_size"], config["n_layers"],
                              model.item_embedding.weight.size(0), token_rows=rows, read_rows=batch if pruned else None)
 

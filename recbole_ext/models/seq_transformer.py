@@ -161,10 +161,12 @@ class SeqTransformer(SequentialRecommender):
         # Evaluation has no dropout, so it still trims and packs.
         self.reshapes_training_batches = self.dims.dropout_impl != "torch"
         # Every consumer of the last block's states must read them only where the backbone said it
-        # would (``encode(..., reads=...)``): auxiliary losses that read other positions, or records
-        # of every layer's states, keep the last block whole.
-        self.prunes_unread_states = bool(config["prune_unread_states"]) and "layer_outputs" not in self.wants and \
-            not any(loss.reads_every_final_state for loss in self.aux_losses)
+        # would (``encode(..., reads=...)``): in training, auxiliary losses that read other positions,
+        # or records of every layer's states, keep the last block whole. Evaluation runs no auxiliary
+        # loss, so it prunes whenever ``prune_unread_states`` is on (``prunes_training_states``).
+        self.prunes_unread_states = bool(config["prune_unread_states"])
+        self.aux_losses_read_every_state = "layer_outputs" in self.wants or \
+            any(loss.reads_every_final_state for loss in self.aux_losses)
         self.list_suffix = config["LIST_SUFFIX"]
         self.trains_on_windows = config["training_samples"] == "windows"
         if self.trains_on_windows and self.loss_type in ("BPR", "BCE"):
@@ -191,13 +193,21 @@ class SeqTransformer(SequentialRecommender):
         context = self.attention_context(item_seq, causal, reads, **inputs)
         return self.encode_embedded(self.backbone.embed_items(self, item_seq, context), context)
 
+    @property
+    def prunes_training_states(self) -> bool:
+        """Whether training passes run the last block at the read positions only."""
+        return self.prunes_unread_states and self.reshapes_training_batches and not self.aux_losses_read_every_state
+
     def attention_context(self, item_seq: torch.Tensor, causal: bool, reads: torch.Tensor | None = None,
                           **inputs: torch.Tensor) -> AttentionContext:
         reshapes = self.reshapes_training_batches or not self.training
-        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position, wants=self.wants,
-                                   inputs=inputs,
+        prunes = self.prunes_training_states if self.training else self.prunes_unread_states
+        # Records feed auxiliary losses, which run in training only: evaluation records nothing, so
+        # its last block keeps the read-rows shortcut (``TransformerBlock.at_read_rows``).
+        context = AttentionContext(item_seq=item_seq, causal=causal, position=self.position,
+                                   wants=self.wants if self.training else frozenset(), inputs=inputs,
                                    packed_rows=packed_row_index(item_seq) if self.packs_tokens and reshapes else None)
-        if reads is not None and self.prunes_unread_states and reshapes:
+        if reads is not None and prunes:
             context.reading(reads)
         return context
 

@@ -114,6 +114,10 @@ class LearnedMaskAttention(AttentionPart):
         super().__init__(options, dims, layer_index)
         self.base = ATTENTION.build(parse_part_spec(ATTENTION, options.base, "base"), dims, layer_index)
         self.exact_under_trailing_trim = self.base.exact_under_trailing_trim
+        # The gate is per (query, key), so its rows at the read positions gate the base's rows there:
+        # the last block keeps the base's read-rows shortcut (and the same kernels as the unmasked
+        # backbone, whose outputs saturated masks then reproduce bit for bit).
+        self.attends_from_read_rows = self.base.attends_from_read_rows
         n = dims.max_seq_length
         self.mask_logits = nn.Parameter(torch.full((dims.n_heads if options.per_head else 1, n, n), options.init))
         self.noise: torch.Tensor | None = None  # U of the latest training pass, [1 or B, heads, n, n]
@@ -160,7 +164,10 @@ class LearnedMaskAttention(AttentionPart):
 
     def forward(self, hidden: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         outer = context.probability_gate
-        context.probability_gate = self.aligned(self.mask(hidden.size(0)), context)
+        gate = self.aligned(self.mask(hidden.size(0)), context)
+        if context.queries_at_read_rows:
+            gate = context.at_read_positions(gate.expand(hidden.size(0), -1, -1, -1))
+        context.probability_gate = gate
         if outer is not None:
             context.probability_gate = context.probability_gate * outer
         try:

@@ -107,6 +107,7 @@ def test_fdsa_feature_stream_records_with_the_item_stream_and_takes_its_own_atte
     model = step_and_score(small_loaders, backbone="fdsa")
     assert type(model.backbone.feature_encoder.blocks[0].attention) is type(model.encoder.blocks[0].attention)
     model.wants = frozenset({"layer_outputs"})
+    model.train()  # records are taken in training, where the auxiliary losses that read them run
     output = model.backbone.encode_last(model, first_batch(train_data))[1]
     assert len(output.records["layer_outputs"]) == 2 * len(model.encoder.blocks)
     with pytest.raises(ConfigError, match="feature_attention.*unknown attention 'sofmax'.*did you mean"):

@@ -71,7 +71,7 @@ def test_pruned_last_block_gives_the_same_losses_gradients_and_scores(loaders, s
             same = [torch.allclose(a, b, atol=1e-5, rtol=1e-4) for index, (a, b) in enumerate(zip(first, second))
                     if name != "gradients" or names[index] not in noisy]
             assert all(same), f"{name} differ with the last block pruned (pack_tokens={pack}): {same}"
-        if model.prunes_unread_states and hasattr(model.backbone, "encode_last") and not model.trains_on_windows:
+        if model.prunes_training_states and hasattr(model.backbone, "encode_last") and not model.trains_on_windows:
             # next-item backbones read one position per sequence: the feed-forward saw B rows, not B·L
             # (or the packed T); CORE pools every position, BERT4Rec reads its masks, and training on
             # windows reads every position (only evaluation prunes)
@@ -82,7 +82,8 @@ def test_pruned_last_block_gives_the_same_losses_gradients_and_scores(loaders, s
                                          ("frequency_regularizer", True), ("augmented_contrastive", True)])
 def test_losses_that_read_every_final_state_keep_the_last_block_whole(loaders, aux, prunes):
     model, _ = build(loaders, {"aux_losses": f"[{{type: {aux}, weight: 0.5}}]"})
-    assert model.prunes_unread_states is prunes
+    assert model.prunes_training_states is prunes
+    assert model.prunes_unread_states  # evaluation runs no auxiliary loss: it prunes
 
 
 def test_a_pruned_pass_refuses_reads_it_did_not_compute(loaders):
