@@ -148,7 +148,7 @@ def command_reproduce(args) -> int:
     from recbole_ext.repro.plan import QUICK_LABEL, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
-    from recbole_ext.repro.results import collect, trained_on
+    from recbole_ext.repro.results import collect
     from recbole_ext.repro.tables import load_table
 
     if args.list:
@@ -181,14 +181,14 @@ def command_reproduce(args) -> int:
     else:
         progress = execute_cells(cells, records, args.parallel, args.address)
     record_finished_runs(cells, records)
-    lines = collect(table, cells, records)
+    collected = collect(table, cells, records)
     info = RunInfo(command=command_text(args), budget=args.budget, seeds=args.seeds, bf16=args.bf16,
                    hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed,
-                   trained_on=trained_on(cells, records))
+                   trained_on=collected.trained_on)
     skipped: list[str] = []
-    for path in [*write_reports(table, lines, info, out), *refresh_indexes(out, skipped)]:
+    for path in [*write_reports(table, collected.lines, info, out), *refresh_indexes(out, skipped)]:
         print(f"wrote {path}")  # no index when the folder holds only quick-budget tables
     for message in skipped:
         print(message)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from recbole_ext.devices import device_label, hardware_label
+from recbole_ext.devices import device_label
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import Cell, RunSpec
 from recbole_ext.repro.records import MEASURE_FILE, find_record, record_of_run, write_record
@@ -66,7 +66,7 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
                 shutil.rmtree(run_dir)
     if result is None:
         result = run(resolved=resolved)
-    measure = {"device": device_label(), "hardware": hardware_label(),
+    measure = {"device": device_label(),  # the hardware (device and CPU model) is in metrics.json
                # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
                "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
     if resolved.values.get("bf16"):  # fp32 runs say nothing, as every run measured before --bf16

@@ -70,9 +70,8 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
               "peak_gpu_mem_gb": measure.get("peak_gpu_mem_gb"), "metrics": metrics}
     if "training_precision" in measure:  # for readers of the file; the key tells the plan already
         record["training_precision"] = measure["training_precision"]
-    hardware = measure.get("hardware") or metrics.get("hardware")
-    if hardware:
-        record["hardware"] = hardware
+    if metrics.get("hardware"):  # the runner's (``devices.hardware_label``)
+        record["hardware"] = metrics["hardware"]
     return record
 
 

@@ -108,10 +108,19 @@ def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH) 
     return ours, ""
 
 
-def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STATISTICS_DATA_PATH) -> list[Line]:
+@dataclass
+class Collected:
+    lines: list[Line]
+    # hardware (``records.record_hardware``) → how many of the table's finished runs trained on it,
+    # for the header: a table rewritten elsewhere, or from records, still names where its runs ran
+    trained_on: dict[str, int]
+
+
+def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STATISTICS_DATA_PATH) -> Collected:
     """Lines of ``cells`` from the records of their finished runs (``execute.record_finished_runs``
     writes them from the run directories first)."""
     lines: list[Line] = []
+    counts: dict[str, int] = {}
     for cell in cells:
         per_run: list[dict[str, float]] = []
         settings: list[str] = []  # where each of per_run trained
@@ -126,6 +135,8 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             per_run = [record_values(record, table.scale) for record in finished]
             settings = [Setting(spec.where(record["key"]) or THIS_SETTING, record_hardware(record))
                         for spec, record in found if record]
+            for setting in settings:
+                counts[setting.hardware] = counts.get(setting.hardware, 0) + 1
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
@@ -142,7 +153,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                 _keep_one_setting(line, [where for where, values in zip(settings, per_run) if metric.key in values])
             lines.append(line)
     _fill_directions(lines)
-    return lines
+    return Collected(lines, dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))))
 
 
 def _keep_one_setting(line: Line, settings: list[Setting]) -> None:
@@ -158,18 +169,6 @@ def _keep_one_setting(line: Line, settings: list[Setting]) -> None:
         else:
             which = ", ".join(sorted(placements))
         line.reason = (f"{line.reason}; " if line.reason else "") + f"{line.metric.label} not averaged across {which}"
-
-
-def trained_on(cells: list[Cell], records: Path) -> dict[str, int]:
-    """Hardware → how many of the table's finished runs trained on it (``records.record_hardware``),
-    for the header: a table rewritten elsewhere, or from records, still names where its runs ran."""
-    counts: dict[str, int] = {}
-    for cell in cells:
-        for spec in cell.runs if cell.state == "runnable" else []:
-            record = find_record(records, spec)
-            if record:
-                counts[record_hardware(record)] = counts.get(record_hardware(record), 0) + 1
-    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _fill_directions(lines: list[Line]) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from recbole_ext.repro.plan import plan_table
 from recbole_ext.repro.records import RECORD_FORMAT
-from recbole_ext.repro.results import THIS_SETTING, collect, trained_on, welch_p_value
+from recbole_ext.repro.results import THIS_SETTING, collect, welch_p_value
 from recbole_ext.repro.tables import load_table
 
 TINY_TABLE = Path(__file__).with_name("tiny_table.yaml")
@@ -50,7 +50,7 @@ def test_a_measurement_from_runs_on_two_devices_is_not_averaged_and_says_why(pla
     write_record(records, runs["base"][1].keys_elsewhere[GPU], 0.12, 2.0, device=GPU)
     for spec, recall in zip(runs["sinusoidal"], (0.11, 0.13)):
         write_record(records, spec.keys_elsewhere[GPU], recall, 3.0, device=GPU)
-    lines = collect(table, cells, records)
+    lines = collect(table, cells, records).lines
     base, sinusoidal = lines_by(lines, "base"), lines_by(lines, "sinusoidal")
 
     assert base["Recall@10"].ours == pytest.approx([10.0, 12.0])
@@ -70,7 +70,7 @@ def test_measurements_of_one_setting_compare_as_before(planned, tmp_path):
     for row, train_s in (("base", 2.0), ("sinusoidal", 3.0)):
         for spec in runs[row]:
             write_record(records, spec.keys_elsewhere[GPU], 0.1, train_s, device=GPU)
-    lines = collect(table, cells, records)
+    lines = collect(table, cells, records).lines
     base, sinusoidal = lines_by(lines, "base"), lines_by(lines, "sinusoidal")
     assert base["Train (s/epoch)"].mean == 2.0
     assert base["Train (s/epoch)"].reason == f"trained on {GPU}"
@@ -94,7 +94,7 @@ def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_
     for row, recalls in (("base", (0.10, 0.12)), ("sinusoidal", (0.11, 0.14))):
         for spec, recall in zip(runs[row], recalls):
             write_record(records, spec.key, recall, 3.0)
-    lines = collect(table, cells, records)
+    lines = collect(table, cells, records).lines
     sinusoidal = lines_by(lines, "sinusoidal")["Recall@10"]
     assert sinusoidal.direction_holds is True
     assert sinusoidal.p_value == pytest.approx(welch_p_value([11.0, 14.0], [10.0, 12.0]))
@@ -117,7 +117,7 @@ def test_a_tie_has_no_direction(planned, tmp_path):
     for row in ("base", "sinusoidal"):
         for spec, recall in zip(runs[row], (0.10, 0.12)):
             write_record(records, spec.key, recall, 3.0)
-    sinusoidal = lines_by(collect(table, cells, records), "sinusoidal")["Recall@10"]
+    sinusoidal = lines_by(collect(table, cells, records).lines, "sinusoidal")["Recall@10"]
     assert sinusoidal.published_gain == pytest.approx(0.2) and sinusoidal.ours_gain == 0
     assert sinusoidal.direction_holds is None
 
@@ -132,18 +132,18 @@ def test_timings_from_two_cpu_models_are_not_averaged_and_the_header_names_both(
     write_record(records, runs["base"][1].key, 0.12, 20.0, hardware=second)
     for spec in runs["sinusoidal"]:
         write_record(records, spec.key, 0.11, 25.0)  # recorded before the hardware was kept
-    base, sinusoidal = lines_by(collect(table, cells, records), "base"), lines_by(collect(table, cells, records), "sinusoidal")
+    base, sinusoidal = lines_by(collect(table, cells, records).lines, "base"), lines_by(collect(table, cells, records).lines, "sinusoidal")
     assert base["Recall@10"].ours == pytest.approx([10.0, 12.0])
     assert base["Train (s/epoch)"].ours == []
     assert base["Train (s/epoch)"].reason == f"Train (s/epoch) not averaged across the CPU models {first}, {second}"
     assert sinusoidal["Train (s/epoch)"].ours == [25.0, 25.0] and sinusoidal["Train (s/epoch)"].ours_gain is None
 
-    counts = trained_on(cells, records)
+    counts = collect(table, cells, records).trained_on
     assert counts == {"cpu; CPU not recorded": 2, first: 1, second: 1}
     from recbole_ext.repro.report import RunInfo, write_markdown
 
     info = RunInfo(command="test", budget="paper", seeds=2, bf16=False, hardware="cpu; CPU C (8 logical cores)",
                    date="today", wall_time_s=0, cached=4, trained_on=counts)
-    write_markdown(table, collect(table, cells, records), info, tmp_path / "table.md")
+    write_markdown(table, collect(table, cells, records).lines, info, tmp_path / "table.md")
     assert (f"hardware: runs trained on cpu; CPU not recorded (2 runs), {first} (1 run), {second} (1 run); "
             f"this call on cpu; CPU C (8 logical cores);") in (tmp_path / "table.md").read_text()
