@@ -86,6 +86,22 @@ def test_losses_that_read_every_final_state_keep_the_last_block_whole(loaders, a
     assert model.prunes_unread_states  # evaluation runs no auxiliary loss: it prunes
 
 
+def test_evaluation_prunes_where_training_keeps_the_last_block_whole(loaders):
+    """No auxiliary loss runs in evaluation, so the Jacobian penalty's whole last block is a training
+    matter: scoring runs the last block at one row per sequence, and gives the unpruned scores."""
+    model, train_data = build(loaders, {"aux_losses": "[{type: jacobian_penalty, weight: 0.5}]"})
+    batch = short_rows(train_data, model.ITEM_SEQ_LEN)
+    rows = []
+    model.encoder.blocks[-1].ffn.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[:-1].numel()))
+    model.eval()
+    with torch.no_grad():
+        pruned = model.full_sort_predict(batch)
+        model.prunes_unread_states = False
+        whole = model.full_sort_predict(batch)
+    assert rows[0] == len(batch) < rows[1]
+    torch.testing.assert_close(pruned, whole, atol=1e-5, rtol=1e-4)
+
+
 def test_a_pruned_pass_refuses_reads_it_did_not_compute(loaders):
     model, train_data = build(loaders, {})
     batch = short_rows(train_data, model.ITEM_SEQ_LEN)
