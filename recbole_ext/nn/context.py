@@ -3,7 +3,8 @@
 Parts never reach into each other: a position part that acts inside attention is handed to the
 attention part through :class:`AttentionContext`, and anything an auxiliary loss needs from inside
 a layer (attention probabilities, per-layer states, ...) is written to ``context.records`` only
-when some loss asked for it (``context.wants``), so the common path pays nothing.
+when some loss asked for it (``context.wants``), so the common path pays nothing; evaluation
+passes ask for nothing, since auxiliary losses run in training only (``SeqTransformer.attention_context``).
 """
 from __future__ import annotations
 
