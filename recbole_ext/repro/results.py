@@ -123,7 +123,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
     counts: dict[str, int] = {}
     for cell in cells:
         per_run: list[dict[str, float]] = []
-        settings: list[str] = []  # where each of per_run trained
+        settings: list[Setting] = []  # where each of per_run trained
         status, reason = cell.state, cell.reason
         if cell.state == "statistics":
             stats, reason = dataset_statistics(cell.column.preset, cell.data_path or data_path)
