@@ -30,6 +30,16 @@ def write_yaml(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_check_cache(tmp_path_factory):
+    """Passed atomic-file checks are remembered in a cache folder (data/atomic.py): the suite's,
+    subprocesses included, stay out of the user's."""
+    from recbole_ext.data.atomic import CACHE_DIR_ENV
+
+    os.environ[CACHE_DIR_ENV] = str(tmp_path_factory.mktemp("check-cache"))
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _no_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

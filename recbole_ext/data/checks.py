@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from recbole_ext.data.atomic import check_atomic_file
+from recbole_ext.data.atomic import check_atomic_file_cached
 from recbole_ext.errors import DataFormatError, DatasetMissingError
 
 BUNDLED_WITH_RECBOLE = {"ml-100k"}  # RecBole ignores data_path for these and reads its own copy
@@ -42,7 +42,8 @@ def how_to_create(dataset: str) -> str:
 
 
 def require_atomic_files(resolved) -> None:
-    """Every atomic file the run reads exists and passes :func:`check_atomic_file`; one-line errors."""
+    """Every atomic file the run reads exists and passes :func:`check_atomic_file` (a file whose
+    bytes passed before is not read again: :func:`~recbole_ext.data.atomic.check_atomic_file_cached`); one-line errors."""
     dataset = resolved.dataset
     if dataset in BUNDLED_WITH_RECBOLE:
         return
@@ -68,7 +69,7 @@ def require_atomic_files(resolved) -> None:
     for path, kind, id_fields in [(p, "inter", (user_field, item_field)) for p in inter_files] + side_files:
         if kind != "inter" and (not path.is_file() or _loaded_columns(load_col, kind) == set()):
             continue  # RecBole reads a side file only when it exists and load_col asks for it
-        report = check_atomic_file(path, kind=kind, id_fields=id_fields, **options)
+        report = check_atomic_file_cached(path, kind=kind, id_fields=id_fields, **options)
         report.raise_if_failed()
         if kind == "inter":
             _check_time_field(resolved, path, report.column_names(), _loaded_columns(load_col, "inter"))

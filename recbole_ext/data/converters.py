@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from recbole_ext.data.atomic import check_atomic_file
+from recbole_ext.data.atomic import check_atomic_file, check_atomic_file_cached
 from recbole_ext.data.filters import FilterSpec, apply_filters, counts
 from recbole_ext.data.reczoo import read_reczoo_ctr
 from recbole_ext.data.sources import Benchmark, Source, Table, files_by_role, read_text
@@ -528,7 +528,8 @@ def _write_dataset(out: Path, name: str, tables: dict[str, Table], meta: dict, s
         for suffix, table in tables.items():
             path = staging / f"{name}.{suffix}"
             write_atomic(path, table)
-            check_atomic_file(path, kind=suffix.rsplit(".", 1)[-1]).raise_if_failed()  # never hand RecBole a bad file
+            # never hand RecBole a bad file; a pass is remembered, so the first run need not read it again
+            check_atomic_file_cached(path, kind=suffix.rsplit(".", 1)[-1]).raise_if_failed()
             written.append(path.name)
         meta.update(files=written, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
                     seconds=round(time.time() - started, 2))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from recbole_ext.data.atomic import check_atomic_file
+from recbole_ext.data.atomic import check_atomic_file_cached
 from recbole_ext.data.filters import counts
 from recbole_ext.data.presets import Preset
 from recbole_ext.errors import DataFormatError
@@ -70,7 +70,7 @@ def read_meta(files: DatasetFiles) -> dict:
 
 def _read_ids(path: Path, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
     """The id columns of a checked atomic file, as strings."""
-    check_atomic_file(path, kind=kind).raise_if_failed()
+    check_atomic_file_cached(path, kind=kind).raise_if_failed()
     frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
                         usecols=lambda c: c.split(":")[0] in columns)
     frame.columns = [c.split(":")[0] for c in frame.columns]

@@ -3,6 +3,8 @@ whatever bytes it is given it never raises (property-based)."""
 from __future__ import annotations
 
 import csv
+import json
+import os
 import re
 
 import pandas as pd
@@ -10,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recbole_ext.data.atomic import check_atomic_file
+from recbole_ext.data import atomic
+from recbole_ext.data.atomic import check_atomic_file, check_atomic_file_cached
 from recbole_ext.errors import DataFormatError
 
 GOOD = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n1\t10\t4\t100\n1\t11\t5\t101\n"
@@ -116,3 +119,49 @@ def test_structured_damage_is_reported_and_accepted_files_load(tmp_path, header,
         for column in report.columns:
             if column.type == "float":
                 assert frame[f"{column.name}:float"].notna().all()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(atomic.CACHE_DIR_ENV, str(folder))
+    return folder
+
+
+def test_a_passed_file_is_not_read_again_until_its_bytes_change(tmp_path, cache_dir, monkeypatch):
+    path = write(tmp_path, GOOD)
+    first = check_atomic_file_cached(path)
+    assert first.ok and (cache_dir / "atomic-checks.json").is_file()
+    reads = []
+    real = atomic.check_atomic_file
+    monkeypatch.setattr(atomic, "check_atomic_file", lambda *args, **kwargs: reads.append(args) or real(*args, **kwargs))
+    again = check_atomic_file_cached(path)
+    assert reads == [] and again.ok and (again.rows, again.columns) == (first.rows, first.columns)
+    # same size, same modification time, other bytes: still checked again, and the problem found
+    stat = path.stat()
+    path.write_text(GOOD.replace("\t4\t", "\tx\t"))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    changed = check_atomic_file_cached(path)
+    assert len(reads) == 1 and changed.problems == [f"{path}:2: column 'rating' (float): 'x' is not a number"]
+    check_atomic_file_cached(path)
+    assert len(reads) == 2  # failures are never remembered
+    # other options are another check
+    check_atomic_file_cached(write(tmp_path, GOOD), id_fields=("user_id",))
+    assert len(reads) == 3
+
+
+def test_a_damaged_or_unwritable_cache_only_costs_time(tmp_path, cache_dir, monkeypatch):
+    path = write(tmp_path, GOOD)
+    cache_dir.mkdir()
+    (cache_dir / "atomic-checks.json").write_text("{not json")
+    assert check_atomic_file_cached(path).ok
+    entries = json.loads((cache_dir / "atomic-checks.json").read_text())
+    assert len(entries) == 1
+    key = next(iter(entries))
+    (cache_dir / "atomic-checks.json").write_text(json.dumps({key: {"rows": "many"}}))
+    assert check_atomic_file_cached(path).ok  # a damaged entry is a miss: checked again
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv(atomic.CACHE_DIR_ENV, str(blocked))  # its cache folder cannot be made
+    report = check_atomic_file_cached(path)
+    assert report.ok and report.rows == 2
