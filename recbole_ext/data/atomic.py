@@ -261,9 +261,12 @@ def read_header(path: str | os.PathLike, field_separator: str = "\t", encoding: 
 
 
 def check_cache_path() -> Path:
-    """Where passed checks are remembered: ``$RECBOLE_EXT_CACHE_DIR``, else the XDG cache folder."""
-    root = os.environ.get(CACHE_DIR_ENV) or \
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recbole-ext"
+    """Where passed checks are remembered: ``$RECBOLE_EXT_CACHE_DIR``, else the XDG cache folder
+    (``~/.cache/recbole-ext``)."""
+    root = os.environ.get(CACHE_DIR_ENV)
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "recbole-ext")
     return Path(root) / "atomic-checks.json"
 
 
@@ -330,6 +333,7 @@ def check_atomic_file_cached(path: str | os.PathLike, *, kind: str | None = None
         return known
     report = check_atomic_file(path, kind=kind, field_separator=field_separator, seq_separator=seq_separator,
                                encoding=encoding, id_fields=id_fields)
-    if report.ok and key:
+    # the bytes hashed must be the bytes checked: a file rewritten meanwhile is not remembered
+    if report.ok and key and _content_key(path, options) == key:
         _remember(cache, key, report)
     return report
