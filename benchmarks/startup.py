@@ -19,6 +19,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,8 +36,6 @@ def worker(config_name: str, variant: str) -> dict:
 
     if variant == "recbole":
         SequentialDataset.data_augmentation = SequentialDataset.recbole_data_augmentation
-    import tempfile
-
     resolved = resolve(find_config_file(config_name), ["show_progress=false"])
     with tempfile.TemporaryDirectory() as scratch:
         config = recbole_config(resolved, checkpoint_dir=Path(scratch))

@@ -165,3 +165,19 @@ def test_a_damaged_or_unwritable_cache_only_costs_time(tmp_path, cache_dir, monk
     monkeypatch.setenv(atomic.CACHE_DIR_ENV, str(blocked))  # its cache folder cannot be made
     report = check_atomic_file_cached(path)
     assert report.ok and report.rows == 2
+
+
+def test_a_file_rewritten_during_its_check_is_not_remembered(tmp_path, cache_dir, monkeypatch):
+    path = write(tmp_path, GOOD)
+    real = atomic.check_atomic_file
+
+    def check_then_rewrite(*args, **kwargs):
+        report = real(*args, **kwargs)
+        path.write_text(GOOD + "2\t10\tx\t102\n")  # the bytes hashed before the check are gone
+        return report
+
+    monkeypatch.setattr(atomic, "check_atomic_file", check_then_rewrite)
+    assert check_atomic_file_cached(path).ok  # what was read passed
+    assert not (cache_dir / "atomic-checks.json").exists()
+    monkeypatch.setattr(atomic, "check_atomic_file", real)
+    assert not check_atomic_file_cached(path).ok  # the new bytes are checked, not taken from a cache
