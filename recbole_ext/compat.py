@@ -13,25 +13,24 @@ comments were measured on the project's 2-core CPU machine (``../shared/notes/re
 | :func:`unique_checkpoint_file` | RecBole names checkpoints with 1-second resolution: concurrent runs overwrite each other |
 | :func:`tune_glibc_malloc` | glibc returns large activation buffers to the OS every step (page faults: ~30 % of CPU time) |
 | :func:`patch_model_lookup` | RecBole resolves models by name inside its own package and never finds an outside model's default YAML |
-| :func:`~recbole_ext.data.augmentation.patch_sequential_augmentation` | RecBole builds every prefix row of a sequential dataset in a Python loop: 14 s of each ML-1M run's start on one core (the same rows, from tensor ops) |
+| :func:`~recbole_ext.data.augmentation.patch_sequential_augmentation` | RecBole builds every prefix row of a sequential dataset in a Python loop: most of an ML-1M run's start-up (the same rows, from tensor ops: ``benchmarks/startup.py``) |
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib.abc
 import importlib.metadata
 import os
 import pickle
 import sys
-import tempfile
 import time
 import uuid
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from recbole_ext.errors import CheckpointError
+from recbole_ext.files import atomic_write_bytes  # noqa: F401  (re-exported: its callers import it from here)
 
 from recbole_ext.requirements import RECBOLE_VERSION  # noqa: F401  (re-exported)
 CHECKPOINT_FORMAT = "recbole-ext-checkpoint/1"
@@ -156,23 +155,6 @@ def checkpoint_metadata(config: Config) -> dict:
         "versions": versions(),
         "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-
-
-def atomic_write_bytes(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
-    """Write through a temporary file in the same directory, then rename: never a truncated file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:

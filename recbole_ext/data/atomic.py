@@ -8,24 +8,24 @@ reports each as one line ``FILE:LINE: what is wrong``.
 
 No torch, RecBole or pandas import here: ``recbole-ext data check`` stays light.
 
-Checking reads every value in Python, about 3 s for ML-1M's million rows on one core; runs and
-reproduction plans check the same unchanged files again and again. :func:`check_atomic_file_cached`
-remembers files that passed by their content (SHA-256, ~25 ms for ML-1M) in a small JSON file in
-the user's cache folder, so only a changed file is read again.
+Checking reads every value in Python, seconds for ML-1M's million rows; runs and reproduction plans
+check the same unchanged files again and again. :func:`check_atomic_file_cached` remembers files that
+passed by their content (SHA-256, a small fraction of the check's time) in a small JSON file in the
+user's cache folder, so only a changed file is read again (docs/performance.md, "Checking data and
+reading configs").
 """
 from __future__ import annotations
 
 import codecs
 import contextlib
-import hashlib
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.errors import DataFormatError
+from recbole_ext.files import atomic_write_bytes, file_sha256
 
 FEATURE_TYPES = ("token", "float", "token_seq", "float_seq")  # RecBole's FeatureType values
 # Part of every cache key: raise it when the checker's rules change, so earlier passes are not reused.
@@ -271,14 +271,11 @@ def check_cache_path() -> Path:
 
 
 def _content_key(path: Path, options: dict) -> str | None:
-    digest = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
+        digest = file_sha256(path)
     except OSError:
         return None  # the real check reports it
-    return f"{digest.hexdigest()} {json.dumps({**options, 'checker': CHECKER_VERSION}, sort_keys=True)}"
+    return f"{digest} {json.dumps({**options, 'checker': CHECKER_VERSION}, sort_keys=True)}"
 
 
 def _read_cache(cache: Path) -> dict:
@@ -294,19 +291,9 @@ def _remember(cache: Path, key: str, report: CheckReport) -> None:
     entries = _read_cache(cache)
     entries.pop(key, None)
     entries[key] = {"rows": report.rows, "columns": [[c.name, c.type] for c in report.columns]}
-    entries = dict(list(entries.items())[-CACHE_ENTRIES:])
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=cache.parent, prefix=".atomic-checks-")
-    except OSError:
-        return
-    try:
-        with os.fdopen(handle, "w") as file:
-            json.dump(entries, file)
-        os.replace(temporary, cache)  # whole or not at all: concurrent runs never read half a file
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+    text = json.dumps(dict(list(entries.items())[-CACHE_ENTRIES:])).encode()
+    with contextlib.suppress(OSError):  # concurrent runs never read half a file: written whole, then renamed
+        atomic_write_bytes(cache, lambda handle: handle.write(text))
 
 
 def _cached_report(path: Path, entry) -> CheckReport | None:

@@ -31,7 +31,6 @@ each file as one split, in file order.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import shutil
@@ -44,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from recbole_ext.data.atomic import check_atomic_file, check_atomic_file_cached
+from recbole_ext.files import file_sha256
 from recbole_ext.data.filters import FilterSpec, apply_filters, counts
 from recbole_ext.data.reczoo import read_reczoo_ctr
 from recbole_ext.data.sources import Benchmark, Source, Table, files_by_role, read_text
@@ -401,14 +401,6 @@ class Conversion:
     meta: dict
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_atomic(path: Path, table: Table) -> None:
     frame = table.frame[list(table.types)]
     header = [f"{name}:{type_}" for name, type_ in table.types.items()]
@@ -466,7 +458,7 @@ def convert(fmt: str, inputs: list[str | os.PathLike], name: str, out: str | os.
     else:
         tables, details = _filtered_tables(READERS[fmt](paths), preset, overrides or {}, fmt)
     meta = {"name": name, "format": fmt, "preset": preset.name if preset else None,
-            "source": [{"path": str(p), "bytes": p.stat().st_size, "sha256": sha256(p)} for p in paths if p.is_file()],
+            "source": [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in paths if p.is_file()],
             **details}
     written = _write_dataset(Path(out), name, tables, meta, started)
     return Conversion(directory, [directory / f for f in written] + [directory / f"{name}.meta.json"], meta)
