@@ -1,0 +1,109 @@
+"""RecBole's atomic-file reads through pandas' C parser instead of its Python parser.
+
+``Dataset._load_feat`` (RecBole 1.2.1) calls ``pandas.read_csv(..., engine="python")`` for every
+``.inter``/``.item``/``.user`` file, before every run; the C parser is 5-8x faster on the same file
+(``benchmarks/startup.py``; most of the test suite's dataset loads read ml-100k's 100,000 rows).
+:func:`read_with_c_tokenizer` uses it only where it must return the Python parser's frame, value
+for value: a file both parsers cut into the same fields, floats that both read with the same
+function. Everything else (quotes, ragged rows, text or out-of-range numbers in a float column)
+goes to the Python parser as before, so RecBole's result and its errors never change.
+``tests/data/test_reading.py`` compares the two on every shipped (and, where present, converted)
+atomic file and on thousands of generated files full of quotes, blanks, odd numbers and line ends.
+
+:func:`patch_atomic_reader` swaps the ``pd`` that RecBole's dataset module sees for a view of pandas
+whose only difference is :func:`read_csv`; nothing else in the process is touched.
+"""
+from __future__ import annotations
+
+import codecs
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas
+
+EXACT_INTEGER_LIMIT = 2.0 ** 53  # integers up to here read the same as text or as int64 -> float64
+FLOAT_DTYPES = (np.float64, np.dtype(np.float64), "float64")  # what RecBole asks for a float field
+
+
+def cuts_the_same_fields(path, delimiter: str) -> bool:
+    """Whether both parsers must cut ``path`` into the same fields: no double quote (their quote
+    rules differ), no NUL byte (ends a field in C), no carriage return outside a CRLF line end (a
+    line break to one parser and text to the other), and no line with more fields than the header
+    (an error to the Python parser, dropped by the C parser under ``usecols``)."""
+    try:
+        data = np.frombuffer(Path(path).read_bytes(), dtype=np.uint8)
+    except (OSError, TypeError):  # not a path: leave it to RecBole's own read
+        return False
+    if data.size == 0:
+        return False
+    newline, carriage_return = data == ord("\n"), data == ord("\r")
+    if (data == ord('"')).any() or (data == 0).any() \
+            or carriage_return.sum() != (carriage_return[:-1] & newline[1:]).sum():
+        return False
+    separators = np.cumsum(data == ord(delimiter))
+    line_ends = np.append(np.flatnonzero(newline), data.size - 1)
+    per_line = np.diff(separators[line_ends], prepend=0)
+    return bool((per_line[1:] <= per_line[0]).all())
+
+
+def read_csv(filepath, *args, engine=None, **kwargs):
+    """``pandas.read_csv``; a Python-engine read that :func:`read_with_c_tokenizer` can answer exactly
+    is answered there."""
+    if engine == "python" and not args:
+        frame = read_with_c_tokenizer(filepath, kwargs)
+        if frame is not None:
+            return frame
+    return pandas.read_csv(filepath, *args, engine=engine, **kwargs)
+
+
+def read_with_c_tokenizer(filepath, kwargs: dict):
+    """The frame ``pandas.read_csv(filepath, engine="python", **kwargs)`` returns, or ``None`` where
+    this cannot vouch for it.
+
+    Fields: the C parser cuts the same ones as the Python parser, given :func:`cuts_the_same_fields`
+    and a one-character delimiter; both turn pandas' NA strings into NaN.
+
+    Floats: the Python parser converts a column with ``lib.maybe_convert_numeric``, whose float
+    reader is the C parser's default one (``float_precision="high"``): same bits. Where that
+    function refuses a column, the Python parser falls back to Python's ``float()``, whose last bit
+    can differ. It refuses what the C parser refuses too (text, ``1e400``: the C parser raises and
+    this declines) and integers beyond 64 bits, which the C parser reads as floats; integers are
+    exact in both only below 2**53. So a float column with a value of magnitude 2**53 or more
+    declines as well.
+    """
+    delimiter = kwargs.get("delimiter", kwargs.get("sep", ","))
+    dtype = kwargs.get("dtype")
+    if not (isinstance(delimiter, str) and len(delimiter) == 1 and isinstance(dtype, dict)) \
+            or codecs.lookup(kwargs.get("encoding") or "utf-8").name != "utf-8":  # the byte checks assume UTF-8
+        return None
+    float_columns = [column for column, kind in dtype.items() if kind in FLOAT_DTYPES]
+    if any(kind not in FLOAT_DTYPES and kind is not str for kind in dtype.values()) \
+            or not cuts_the_same_fields(filepath, delimiter):
+        return None
+    try:
+        frame = pandas.read_csv(filepath, engine="c", float_precision="high", **kwargs)
+    except ValueError:  # text in a float column, an out-of-range float: the Python parser decides
+        return None
+    for column in float_columns:
+        values = frame[column].to_numpy()
+        if (np.abs(values[np.isfinite(values)]) >= EXACT_INTEGER_LIMIT).any():
+            return None
+    return frame
+
+
+class _PandasWithFastAtomicReads(types.ModuleType):
+    """pandas, but with this module's :func:`read_csv`."""
+
+    read_csv = staticmethod(read_csv)
+
+    def __getattr__(self, name):
+        return getattr(pandas, name)
+
+
+def patch_atomic_reader() -> None:
+    """Point RecBole's dataset module at :class:`_PandasWithFastAtomicReads` (idempotent)."""
+    from recbole.data.dataset import dataset as recbole_dataset
+
+    if not isinstance(recbole_dataset.pd, _PandasWithFastAtomicReads):
+        recbole_dataset.pd = _PandasWithFastAtomicReads("pandas")
