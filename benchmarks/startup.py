@@ -3,12 +3,18 @@
     python benchmarks/startup.py [--configs euler_ml1m.yaml,denoiser_ml1m.yaml] [--rounds 2] [--json PATH]
 
 For each config (a name from ``configs/`` or a path), ``create_dataset`` and ``data_preparation``
-are timed in a fresh process, once with RecBole 1.2.1's own prefix augmentation
-(``SequentialDataset.recbole_data_augmentation``, a Python loop over every interaction) and once
-with ours (``recbole_ext/data/augmentation.py``, installed by ``compat.apply``); the variants
-alternate within a round. The configs' atomic files must exist (``recbole-ext reproduce --list``
-prints the conversion commands). Printed: medians over rounds of each stage and the ratio of
-``data_preparation`` times per round (median and range). Run it with nothing else busy.
+are timed in a fresh process, once with RecBole 1.2.1's own code and once with ours (both
+installed by ``compat.apply``); the variants alternate within a round:
+
+- ``create_dataset`` reads the atomic files: RecBole with pandas' Python parser, ours with the C
+  parser where it returns the same frame (``recbole_ext/data/reading.py``);
+- ``data_preparation`` builds the prefix rows: RecBole in a Python loop over every interaction
+  (``SequentialDataset.recbole_data_augmentation``), ours from tensor ops
+  (``recbole_ext/data/augmentation.py``).
+
+The configs' atomic files must exist (``recbole-ext reproduce --list`` prints the conversion
+commands). Printed: medians over rounds of each stage and the per-round ratios recbole / ours of
+each stage and of both together (median and range). Run it with nothing else busy.
 """
 from __future__ import annotations
 
@@ -27,15 +33,24 @@ VARIANTS = ("recbole", "ours")
 
 
 def worker(config_name: str, variant: str) -> dict:
-    import recbole_ext  # noqa: F401  (compat: our augmentation is installed)
+    import pandas
+
+    import recbole_ext  # noqa: F401  (compat: our reader and augmentation are installed)
     from recbole.data import create_dataset, data_preparation
     from recbole.data.dataset import SequentialDataset
+    from recbole.data.dataset import dataset as recbole_dataset_module
 
     from recbole_ext.config import find_config_file, resolve
+    from recbole_ext.data.augmentation import patch_sequential_augmentation
+    from recbole_ext.data.reading import patch_atomic_reader
     from recbole_ext.runner import recbole_config
 
     if variant == "recbole":
         SequentialDataset.data_augmentation = SequentialDataset.recbole_data_augmentation
+        recbole_dataset_module.pd = pandas
+    else:
+        patch_atomic_reader()
+        patch_sequential_augmentation()
     resolved = resolve(find_config_file(config_name), ["show_progress=false"])
     with tempfile.TemporaryDirectory() as scratch:
         config = recbole_config(resolved, checkpoint_dir=Path(scratch))
@@ -74,16 +89,23 @@ def main() -> None:
             rounds.append(cells)
         results[config] = rounds
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.rounds} rounds, "
-          f"medians; data_preparation ratio recbole / ours per round (median [range])")
-    print(f"{'config':<22} {'variant':<8} {'create_dataset s':>16} {'data_preparation s':>18} {'ratio':>18}")
+    stages = ("create_dataset_s", "data_preparation_s", "total_s")
+    for rounds in results.values():
+        for cells in rounds:
+            for cell in cells.values():
+                cell["total_s"] = cell["create_dataset_s"] + cell["data_preparation_s"]
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; {args.rounds} rounds; "
+          f"seconds are medians; ours' row: ratios recbole / ours per round, median [range]")
+    print(f"{'config':<22} {'variant':<8} " + " ".join(f"{stage[:-2]:>22}" for stage in stages))
     for config, rounds in results.items():
-        ratios = [r["recbole"]["data_preparation_s"] / r["ours"]["data_preparation_s"] for r in rounds]
         for variant in VARIANTS:
-            created = statistics.median(r[variant]["create_dataset_s"] for r in rounds)
-            prepared = statistics.median(r[variant]["data_preparation_s"] for r in rounds)
-            ratio = f"{statistics.median(ratios):.1f}x [{min(ratios):.1f}-{max(ratios):.1f}]" if variant == "ours" else ""
-            print(f"{config:<22} {variant:<8} {created:>16.1f} {prepared:>18.1f} {ratio:>18}")
+            shown = []
+            for stage in stages:
+                seconds = statistics.median(r[variant][stage] for r in rounds)
+                ratios = [r["recbole"][stage] / r["ours"][stage] for r in rounds]
+                ratio = f" {statistics.median(ratios):.1f}x [{min(ratios):.1f}-{max(ratios):.1f}]" if variant == "ours" else ""
+                shown.append(f"{seconds:.1f} s{ratio}")
+            print(f"{config:<22} {variant:<8} " + " ".join(f"{text:>22}" for text in shown))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),

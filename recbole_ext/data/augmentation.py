@@ -3,7 +3,7 @@ computed with tensor ops instead of a Python loop over every interaction.
 
 ``SequentialDataset.data_augmentation`` walks the interactions one by one and then copies each
 prefix into its row one row at a time: most of what ``data_preparation`` takes for ML-1M (1M
-interactions), before every run (``benchmarks/startup.py``: 21.7 s with it, 4.5 s with ours). The rows are the same closed form
+interactions), before every run (``benchmarks/startup.py``; docs/performance.md, "Start-up"). The rows are the same closed form
 for every interaction ``i`` after its user's first, ``g``: the prefix starts at
 ``max(g, i - MAX_ITEM_LIST_LENGTH)`` and ends before ``i``. :func:`data_augmentation` builds them
 that way, in chunks of rows so the gather index never outgrows the output; its output equals

@@ -1,8 +1,9 @@
 """RecBole's atomic-file reads through pandas' C parser instead of its Python parser.
 
 ``Dataset._load_feat`` (RecBole 1.2.1) calls ``pandas.read_csv(..., engine="python")`` for every
-``.inter``/``.item``/``.user`` file, before every run; the C parser is 5-8x faster on the same file
-(``benchmarks/startup.py``; most of the test suite's dataset loads read ml-100k's 100,000 rows).
+``.inter``/``.item``/``.user`` file, before every run; with the C parser ML-1M's ``create_dataset``
+takes a quarter of the time (``benchmarks/startup.py``, docs/performance.md "Start-up"), and the
+test suite's few hundred ml-100k loads gain the same.
 :func:`read_with_c_tokenizer` uses it only where it must return the Python parser's frame, value
 for value: a file both parsers cut into the same fields, floats that both read with the same
 function. Everything else (quotes, ragged rows, text or out-of-range numbers in a float column)
