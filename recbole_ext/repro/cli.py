@@ -143,7 +143,8 @@ def command_list(args) -> int:
 
 def command_reproduce(args) -> int:
     from recbole_ext.devices import device_label, hardware_label
-    from recbole_ext.repro.execute import Progress, execute_cells, pending_runs, record_finished_runs
+    from recbole_ext.repro.execute import (Progress, execute_cells, pending_runs, record_finished_runs, run_dir_of,
+                                           run_progress)
     from recbole_ext.repro.index import refresh_indexes, write_index
     from recbole_ext.repro.plan import QUICK_LABEL, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
@@ -173,6 +174,11 @@ def command_reproduce(args) -> int:
     print(f"{table.name}: {len(cells)} cells: {_state_counts(cells)}")
     print_skips(cells)
     if args.dry_run:
+        todo, cached = pending_runs(cells, records)
+        print(f"{cached} run(s) cached, {len(todo)} to run (--dry-run: nothing trained)")
+        for spec in todo:
+            progress = run_progress(run_dir_of(spec))
+            print(f"  would run {spec.describe()}{f', resuming {progress}' if progress else ''}")
         return 0
     if args.report_only:
         todo, cached = pending_runs(cells, records)

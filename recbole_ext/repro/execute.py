@@ -101,7 +101,7 @@ def finished_runs(cell: Cell, records: Path) -> int:
     return sum(is_cached(spec, records) for spec in cell.runs)
 
 
-def _progress(run_dir: Path) -> str:
+def run_progress(run_dir: Path) -> str:
     """'at N epochs, best validation epoch E (score)' from ``history.json``; '' without finished epochs."""
     try:
         history = json.loads((run_dir / "history.json").read_text())
@@ -126,11 +126,11 @@ def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:
     for spec in cell.runs:
         if is_cached(spec, records):
             continue
-        progress = _progress(run_dir_of(spec))
+        progress = run_progress(run_dir_of(spec))
         if progress:
             own.append(f"seed {spec.seed} {progress}")
         for label, key in spec.keys_elsewhere.items():
-            progress = _progress(run_dir_of(spec, key))
+            progress = run_progress(run_dir_of(spec, key))
             if progress:
                 elsewhere.append(f"seed {spec.seed} {progress} ({label})")
     return own, elsewhere
@@ -178,14 +178,13 @@ def execute_cells(cells: list[Cell], records: Path, parallel: int = 0, address: 
             write_record(records, record_of_run(spec.key, run_dir_of(spec)))
         else:
             progress.failed += 1
-            log(f"run {spec.key} ({spec.values.get('model')}, seed {spec.seed}) failed: {error}")
+            log(f"run {spec.key} ({spec.describe()}) failed: {error}")
     return progress
 
 
 def _execute_serially(todo: list[RunSpec], log: Callable[[str], None]):
     for index, spec in enumerate(todo, 1):
-        log(f"[{index}/{len(todo)}] {spec.values.get('model')} on {Path(spec.config_file).stem}, seed {spec.seed} "
-            f"(epochs in {run_dir_of(spec) / 'run.log'})")
+        log(f"[{index}/{len(todo)}] {spec.describe()} (epochs in {run_dir_of(spec) / 'run.log'})")
         try:
             execute_run(spec)
             yield spec, None
@@ -220,6 +219,5 @@ def _execute_with_ray(todo: list[RunSpec], parallel: int, address: str | None, l
     while remaining:
         done, remaining = ray.wait(remaining, num_returns=1)
         spec = futures[done[0]]
-        log(f"[{len(todo) - len(remaining)}/{len(todo)}] {spec.values.get('model')} on "
-            f"{Path(spec.config_file).stem}, seed {spec.seed}: done")
+        log(f"[{len(todo) - len(remaining)}/{len(todo)}] {spec.describe()}: done")
         yield spec, ray.get(done[0])

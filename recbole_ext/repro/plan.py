@@ -49,9 +49,15 @@ class RunSpec:
     # up (``records.find_record``): the other training precision on this device, then other devices
     # (a lent GPU). Labels read "cuda:NAME", "cpu with bf16 autocast", "cuda:NAME in fp32".
     keys_elsewhere: dict[str, str] = field(default_factory=dict)
+    cell: str = ""  # "ROW on COLUMN" of the table, for people reading progress lines
 
     def keys(self) -> list[str]:
         return [self.key, *self.keys_elsewhere.values()]
+
+    def describe(self) -> str:
+        """'MODEL on CONFIG, seed N' and the table cell, as progress lines name a run."""
+        where = Path(self.config_file).stem if self.config_file else "?"
+        return f"{self.values.get('model')} on {where}, seed {self.seed}{f' ({self.cell})' if self.cell else ''}"
 
     def where(self, key: str) -> str:
         """The label of one of ``keys_elsewhere`` ('' for this run's own key)."""
@@ -245,7 +251,8 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         if resolved.values.get("data_path"):
             values["data_path"] = os.path.abspath(resolved.values["data_path"])
         elsewhere = stand_in_keys(resolved, device, other_devices, memo, table.kind != "efficiency")
-        runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed, elsewhere))
+        runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed, elsewhere,
+                            cell=f"{row.label} on {column.label}"))
     return Cell(row, column, "runnable", runs=runs, data_label=data_label)
 
 

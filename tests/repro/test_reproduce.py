@@ -413,3 +413,32 @@ def test_list_says_how_far_an_unfinished_run_got(reproduction, tmp_path, capsys)
             ) in capsys.readouterr().out
     assert main([*argv, "--bf16"]) == 0
     assert "unfinished, a rerun resumes it: seed" in capsys.readouterr().out
+
+
+def test_dry_run_names_each_run_it_would_train_and_trains_nothing(reproduction, tmp_path, monkeypatch, capsys):
+    table_file, out = reproduction["argv"][1], str(reproduction["out"])
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    capsys.readouterr()
+    argv = ["reproduce", table_file, "--budget", "quick", "--out", out, "--models", "base", "--dry-run"]
+    assert main(argv) == 0
+    assert "1 run(s) cached, 0 to run (--dry-run: nothing trained)" in capsys.readouterr().out
+    assert main([*argv, "--seeds", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "1 run(s) cached, 1 to run" in text
+    (line,) = [line for line in text.splitlines() if "would run" in line]
+    assert line.endswith("seed 2021 (Base on Tiny)"), line
+    # a half-trained second seed: the dry run says where it resumes
+    from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.tables import load_table
+
+    (cell,) = [cell for cell in plan_table(load_table(table_file), reproduction["out"] / "runs", models=["base"],
+                                           seeds=2, budget="quick") if cell.runs]
+    run_dir = execute.run_dir_of(cell.runs[1])
+    run_dir.mkdir(parents=True)
+    (run_dir / "history.json").write_text(json.dumps([{"epoch": 0, "valid_score": 0.3}]))
+    try:
+        assert main([*argv, "--seeds", "2"]) == 0
+        assert "seed 2021 (Base on Tiny), resuming at 1 epochs, best validation epoch 0 (0.3000)" in \
+            capsys.readouterr().out
+    finally:
+        shutil.rmtree(run_dir)
