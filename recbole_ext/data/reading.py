@@ -23,29 +23,53 @@ from pathlib import Path
 import numpy as np
 import pandas
 
+BLOCK_BYTES = 1 << 24  # file read in 16 MiB blocks for the byte checks
 EXACT_INTEGER_LIMIT = 2.0 ** 53  # integers up to here read the same as text or as int64 -> float64
 FLOAT_DTYPES = (np.float64, np.dtype(np.float64), "float64")  # what RecBole asks for a float field
 
 
-def cuts_the_same_fields(path, delimiter: str) -> bool:
+def cuts_the_same_fields(path, delimiter: str, block_bytes: int = BLOCK_BYTES) -> bool:
     """Whether both parsers must cut ``path`` into the same fields: no double quote (their quote
     rules differ), no NUL byte (ends a field in C), no carriage return outside a CRLF line end (a
     line break to one parser and text to the other), and no line with more fields than the header
-    (an error to the Python parser, dropped by the C parser under ``usecols``)."""
+    (an error to the Python parser, dropped by the C parser under ``usecols``). Read in blocks, so
+    memory stays bounded whatever the file's size."""
     try:
-        data = np.frombuffer(Path(path).read_bytes(), dtype=np.uint8)
+        file = open(path, "rb")
     except (OSError, TypeError):  # not a path: leave it to RecBole's own read
         return False
-    if data.size == 0:
+    separator, header_fields = ord(delimiter), None
+    line_fields = 0  # separators so far in the line that runs into the next block
+    pending_cr = False  # the previous block ended with a carriage return
+    empty = True
+    with file:
+        while block := file.read(block_bytes):
+            empty = False
+            data = np.frombuffer(block, dtype=np.uint8)
+            if (data == ord('"')).any() or (data == 0).any():
+                return False
+            newlines = np.flatnonzero(data == ord("\n"))
+            returns = np.flatnonzero(data == ord("\r"))
+            if pending_cr and data[0] != ord("\n"):
+                return False
+            if returns.size and not np.isin(returns[returns < data.size - 1] + 1, newlines).all():
+                return False
+            pending_cr = data[-1] == ord("\r")
+            separators = np.flatnonzero(data == separator)
+            before_each_newline = np.searchsorted(separators, newlines)
+            per_line = np.diff(before_each_newline, prepend=0)
+            if per_line.size:
+                per_line[0] += line_fields
+                if header_fields is None:
+                    header_fields, per_line = int(per_line[0]), per_line[1:]
+                if (per_line > header_fields).any():
+                    return False
+                line_fields = separators.size - int(before_each_newline[-1])
+            else:
+                line_fields += separators.size
+    if empty or pending_cr:
         return False
-    newline, carriage_return = data == ord("\n"), data == ord("\r")
-    if (data == ord('"')).any() or (data == 0).any() \
-            or carriage_return.sum() != (carriage_return[:-1] & newline[1:]).sum():
-        return False
-    separators = np.cumsum(data == ord(delimiter))
-    line_ends = np.append(np.flatnonzero(newline), data.size - 1)
-    per_line = np.diff(separators[line_ends], prepend=0)
-    return bool((per_line[1:] <= per_line[0]).all())
+    return header_fields is None or line_fields <= header_fields
 
 
 def read_csv(filepath, *args, engine=None, **kwargs):

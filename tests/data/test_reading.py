@@ -122,6 +122,7 @@ def test_generated_files_read_the_same_or_fail_the_same(tmp_path, hostile):
         arguments = recbole_read_arguments(path, usecols=loaded,
                                            dtype={c: np.float64 if c.endswith(":float") else str for c in loaded})
         assert_same(path, arguments)
+        assert cuts_the_same_fields(path, "\t", block_bytes=7) == cuts_the_same_fields(path, "\t")
         through_c += read_with_c_tokenizer(path, arguments) is not None
     print(f"{through_c} of 400 through the C parser")
     assert through_c >= (20 if hostile else 100)  # the C parser answered a share: the comparisons covered it
@@ -158,13 +159,16 @@ def test_other_encodings_and_separators_go_to_the_python_parser(tmp_path):
     assert read_with_c_tokenizer(path, recbole_read_arguments(path, dtype=str)) is None
 
 
-def test_field_cutting_check(tmp_path):
+@pytest.mark.parametrize("block_bytes", [1, 2, 3, 5, 1 << 24])
+def test_field_cutting_check_at_any_block_size(tmp_path, block_bytes):
     path = tmp_path / "cut.inter"
-    cases = {"a\tb\r\n1\t2\r\n": True, "a\tb\n1\t2": True, "a\tb\n1\n\n": True, "": False,
-             "a\tb\n1\t2\t3\n": False, "a\tb\n1\r\n2\r": False, 'a\tb\n1\t"2"\n': False}
+    cases = {"a\tb\r\n1\t2\r\n": True, "a\tb\n1\t2": True, "a\tb\n1\n\n": True, "a\tb": True, "": False,
+             "a\tb\n1\t2\t3\n": False, "a\tb\n1\t2\t3": False, "a\tb\n1\r\n2\r": False,
+             "a\tb\n1\r2\n": False, "a\tb\r\r\n": False, 'a\tb\n1\t"2"\n': False, "a\tb\n1\x002\n": False,
+             "a\tb\tc\n1\t2\t3\n1\t2\n\t\t\n": True}
     for text, expected in cases.items():
         path.write_bytes(text.encode())
-        assert cuts_the_same_fields(path, "\t") is expected, text
+        assert cuts_the_same_fields(path, "\t", block_bytes=block_bytes) is expected, text
     assert not cuts_the_same_fields(tmp_path / "missing.inter", "\t")
 
 
