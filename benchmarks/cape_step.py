@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import train_step  # noqa: E402  (the shared setup and timing loop)
+from results_file import write_results  # noqa: E402  (one rule for where results go)
 
 POSITIONS = {
     "learned": "learned_absolute",
@@ -108,8 +109,7 @@ def main() -> None:
                          "ratio_range": [min(ratios), max(ratios)], "parameters": rounds[0][name]["parameters"]}
         print(f"{name:<16} {seconds:>8.3f} {train_step.ratio_text(ratios):>22} {rounds[0][name]['parameters']:>12,}")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"args": vars(args), "summary": summary, "rounds": rounds}, indent=2))
+        write_results(args.json, {"args": vars(args), "summary": summary, "rounds": rounds})
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 
 import train_step
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
 from eval_throughput import DATASETS, has_config_key, timed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,8 +141,7 @@ def main() -> None:
     if args.json:
         meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                 "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:]}
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        write_results(RESULTS, {"meta": meta, "rows": rows})
 
 
 if __name__ == "__main__":

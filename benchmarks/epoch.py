@@ -50,6 +50,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("stock", "stock-fixed", "ours", "ours-bf16")
@@ -269,10 +271,9 @@ def main() -> None:
                   f"{ratio(results['epoch'], variant, 'epoch_s'):>15} {row['beauty_startup_s']:>8.2f}")
     results["meta"] = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                        "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:]}
-    target = args.json or (None if args.quick else ROOT / "benchmarks" / "results" / f"{MODELS[args.model]}.json")
+    target = results_target(args.json, args.quick, ROOT / "benchmarks" / "results" / f"{MODELS[args.model]}.json")
     if target:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_text(json.dumps(results, indent=2))
+        write_results(target, results)
 
 
 if __name__ == "__main__":

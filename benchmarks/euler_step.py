@@ -30,6 +30,8 @@ BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results" / "euler_step.json"
 sys.path.insert(0, str(BENCHMARKS))
 import train_step  # noqa: E402  (the shared timing worker and options)
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
 # variant → (model, YAML lines layered over that model's defaults)
 VARIANTS = {
     "sasrec": ("SeqTransformer", ""),
@@ -98,9 +100,8 @@ def main() -> None:
         summary[variant] = {"median_s_per_step": seconds, "ratio_to_sasrec": statistics.median(ratios) if ratios else None}
         print(f"{variant:<18} {seconds:>8.3f} {ratio_text:>20}")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k not in ("worker", "scratch")},
-                                               "summary": summary, "rounds": rounds}, indent=2))
+        write_results(args.json, {"args": {k: v for k, v in vars(args).items() if k not in ("worker", "scratch")},
+                                  "summary": summary, "rounds": rounds})
 
 
 if __name__ == "__main__":

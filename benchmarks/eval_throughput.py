@@ -49,6 +49,8 @@ import time
 from pathlib import Path
 
 import train_step
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "eval_throughput.json"
@@ -254,8 +256,7 @@ def main() -> None:
         meta = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                 "date": time.strftime("%Y-%m-%d"), "quick": args.quick, "argv": sys.argv[1:], "mode": args.mode}
         path = RESULTS if args.mode == "full" else RESULTS.with_name(f"eval_throughput_{args.mode}.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"meta": meta, **results}, indent=2))
+        write_results(path, {"meta": meta, **results})
 
 
 if __name__ == "__main__":

@@ -24,7 +24,10 @@ import os
 import platform
 import statistics
 import time
+import sys
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 from typing import Callable
 
 import recbole_ext  # noqa: F401  (allocator tuning, as in training: see the docstring)
@@ -114,13 +117,13 @@ def main() -> None:
         print(f"{row['name']:<22} {row['dtype']:<9} {'x'.join(map(str, row['shape'])):<24} "
               f"{row['gflops_median']:>14.1f} {row['gflops_best']:>8.1f} {row['gflops_median'] / peak:>8.1%}")
     print(f"peak (largest median): fp32 {peak_gflops['fp32']:.1f} GFLOP/s, bf16 {peak_gflops['bf16']:.1f} GFLOP/s")
-    target = args.json or (None if args.quick else RESULTS)
+    target = results_target(args.json, args.quick, RESULTS)
     if target:
-        Path(target).write_text(json.dumps({
+        write_results(target, {
             "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
             "threads": torch.get_num_threads(), "torch": torch.__version__, "malloc_tuned": malloc_tuned,
             "quick": args.quick, "peak_gflops": peak_gflops, "results": rows,
-        }, indent=2))
+        })
 
 
 if __name__ == "__main__":

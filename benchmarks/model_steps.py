@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -276,11 +278,10 @@ def main() -> None:
               + " ".join(f"{(f'{ratios[b]:.2f}x' if b in ratios else '-'):>17}" for b in BASELINES)
               + f" {('-' if peak is None else f'{peak:.0f}'):>8}")
     print("(ratios are time over the baseline's time: < 1 is faster)")
-    target = args.json or (None if args.quick else ROOT / "benchmarks" / "results" / f"model_steps_{args.device}.json")
+    target = results_target(args.json, args.quick, ROOT / "benchmarks" / "results" / f"model_steps_{args.device}.json")
     if target:
-        Path(target).write_text(json.dumps({"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
-                                            "hardware": hardware(first, args.device),
-                                            "summary": summary, "rounds": rounds}, indent=2))
+        write_results(target, {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
+                               "hardware": hardware(first, args.device), "summary": summary, "rounds": rounds})
 
 
 if __name__ == "__main__":

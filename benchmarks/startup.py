@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
 
 VARIANTS = ("recbole", "ours")
 
@@ -107,10 +109,9 @@ def main() -> None:
                 shown.append(f"{seconds:.1f} s{ratio}")
             print(f"{config:<22} {variant:<8} " + " ".join(f"{text:>22}" for text in shown))
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
-                                               "machine": platform.processor() or platform.machine(),
-                                               "cpus": os.cpu_count(), "results": results}, indent=2) + "\n")
+        write_results(args.json, {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
+                                  "machine": platform.processor() or platform.machine(),
+                                  "cpus": os.cpu_count(), "results": results})
 
 
 if __name__ == "__main__":

@@ -53,6 +53,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
 VARIANTS = ("stock", "ours-exact", "ours-fp32", "ours-bf16")
 # Variant suffix → the SeqTransformer switch it turns on (off without it).
@@ -314,8 +316,7 @@ def parse_quick_and_results(parser: argparse.ArgumentParser, results: Path, **qu
     if args.quick:
         for name, value in quick_settings.items():
             setattr(args, name, value)
-    elif args.json is None:
-        args.json = str(results)
+    args.json = results_target(args.json, args.quick, results)
     return args
 
 
@@ -465,7 +466,7 @@ def main() -> None:
                 cells.append(f"L{entry['length']}: {first_s:.2f}/{second_s:.2f}{graphs}")
             print(f"  {variant:<22} " + "  ".join(cells))
     if args.json:
-        Path(args.json).write_text(json.dumps(rounds, indent=2))
+        write_results(args.json, rounds)
 
 
 if __name__ == "__main__":

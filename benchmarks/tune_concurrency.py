@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
 SETTINGS = {"1x2": (1, 2), "2x1": (2, 1), "1x1": (1, 1)}  # name: (max concurrent, CPUs per trial)
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,15 +82,15 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d"), "machine": {"cpus": len(os.sched_getaffinity(0)),
                                                              "processor": platform.processor() or platform.machine()},
               "config": args.config, "trials": args.trials, "epochs": args.epochs, "rounds": args.rounds, "settings": rows}
-    target = args.output or (None if args.quick else ROOT / "benchmarks" / "results" / "tune_concurrency.json")
+    target = results_target(args.output, args.quick, ROOT / "benchmarks" / "results" / "tune_concurrency.json")
     if target:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_text(json.dumps(result, indent=2) + "\n")
+        write_results(target, result)
     print(f"\n{args.trials} trials x {args.epochs} epochs of {args.config}, median of {args.rounds} rounds")
     print("| setting | concurrent x CPUs | median wall (s) | vs 1x2 |\n|---|---|---|---|")
     for name, row in rows.items():
         print(f"| {name} | {row['max_concurrent']} x {row['cpus_per_trial']} | {row['median_s']:.1f} | {row['ratio_to_1x2']:.2f} |")
-    print(f"\nwritten: {args.output}")
+    if target:
+        print(f"\nwritten: {target}")
 
 
 if __name__ == "__main__":

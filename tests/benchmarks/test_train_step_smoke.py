@@ -94,4 +94,4 @@ def test_quick_runs_write_no_results_by_default(monkeypatch, argv, json_path, ba
     monkeypatch.setattr("sys.argv", ["bench", *argv])
     args = train_step.parse_quick_and_results(parser, results, batch=256)
     assert args.batch == batch
-    assert args.json == (str(results) if json_path == "results/x.json" else json_path)
+    assert args.json == (results if json_path == "results/x.json" else json_path and Path(json_path))
