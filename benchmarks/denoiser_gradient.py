@@ -34,6 +34,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
+
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "denoiser_gradient.json"
 
 
@@ -151,11 +154,10 @@ def main() -> None:
         ratio = {name: report["ar"][name]["variance"] / report["arm"][name]["variance"] for name in report["arm"]}
         print("AR/ARM variance: " + ", ".join(f"{name} {value:.3g}" for name, value in ratio.items()))
         report["ar_over_arm_variance"] = ratio
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
+    write_results(args.out, {
         "command": "python benchmarks/denoiser_gradient.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
-        "batches": len(batches), "beta": beta, "report": report}, indent=2) + "\n")
+        "batches": len(batches), "beta": beta, "report": report})
     print(f"written: {args.out}")
 
 

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "denoiser_step.json"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import train_step  # noqa: E402  (the shared benchmark options)
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
 MASKS = {"type": "denoiser", "base": "softmax"}
 ARM = {"type": "mask_gradient", "weight": 1.0, "estimator": "arm"}
@@ -136,10 +137,9 @@ def step_benchmark(args) -> None:
     payload = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "machine": platform.processor(),
                "cpus": os.cpu_count(), "threads": torch.get_num_threads(), "batch": args.batch, "length": args.length,
                "hidden": args.hidden, "rounds": rounds, "summary": rows}
-    if not args.quick:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
-        print(f"written: {RESULTS}")
+    target = results_target(None, args.quick, RESULTS)
+    if target:
+        print(f"written: {write_results(target, payload)}")
 
 
 def sparsity_report(run_dir: Path) -> None:
@@ -167,7 +167,7 @@ def sparsity_report(run_dir: Path) -> None:
               f"{stats['logit_std']:>7.3f}")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     print(f"test: {metrics.get('test')}")
-    (run_dir / "mask_sparsity.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results(run_dir / "mask_sparsity.json", report)
 
 
 def main() -> None:

@@ -50,6 +50,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
+
 RESULTS = Path(__file__).parent / "results"
 VARIANTS = {
     "softmax": "attention=softmax",
@@ -429,11 +432,10 @@ def main() -> None:
     print_table(rows, variants, lengths, summary)
 
     stem = Path(args.out) if args.out else RESULTS / ("linrec_scaling_quick" if args.quick else "linrec_scaling")
-    stem.parent.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/linrec_scaling.py " + " ".join(sys.argv[1:])
-    stem.with_suffix(".json").write_text(json.dumps({
+    write_results(stem.with_suffix(".json"), {
         "command": command.strip(), "hardware": hardware, "settings": settings,
-        "date": time.strftime("%Y-%m-%d"), "rows": rows, "summary": summary}, indent=2))
+        "date": time.strftime("%Y-%m-%d"), "rows": rows, "summary": summary})
     plot(rows, variants, lengths, summary, stem.with_suffix(".png"),
          f"{command.strip()} — {hardware}, {time.strftime('%Y-%m-%d')}\n{settings}")
     print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")

@@ -22,8 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
+from results_file import write_results  # noqa: E402  (one rule for where results go)
 
 VARIANTS = {
     "SASRec": ["model=SASRec"],
@@ -79,8 +83,8 @@ def main() -> None:
             runs.append({"model": variant, "seed": seed, "valid": result.best_valid_result, "test": result.test_result,
                          "best_epoch": result.best_epoch, "wall_time_s": time.time() - started})
             print(json.dumps(runs[-1]), flush=True)
-            (output / "parity.json").write_text(json.dumps({"args": vars(args), "runs": runs}, indent=2))
-    (output / "parity.json").write_text(json.dumps({"args": vars(args), "runs": runs}, indent=2))
+            write_results(output / "parity.json", {"args": vars(args), "runs": runs})
+    write_results(output / "parity.json", {"args": vars(args), "runs": runs})
 
     baseline = variants[0]
     command = (f"python benchmarks/parity_ml100k.py --seeds {' '.join(map(str, args.seeds))} --epochs {args.epochs} "
