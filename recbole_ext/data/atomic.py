@@ -31,6 +31,7 @@ FEATURE_TYPES = ("token", "float", "token_seq", "float_seq")  # RecBole's Featur
 # Part of every cache key: raise it when the checker's rules change, so earlier passes are not reused.
 CHECKER_VERSION = 1
 CACHE_DIR_ENV = "RECBOLE_EXT_CACHE_DIR"
+CACHE_OFF = ("off", "none", "0", "false")  # RECBOLE_EXT_CACHE_DIR values that switch the cache off
 CACHE_ENTRIES = 256  # the oldest passes are forgotten beyond this
 ID_FIELDS = {"inter": ("user_id", "item_id"), "item": ("item_id",), "user": ("user_id",)}
 MAX_REPORTED = 20  # a broken 1M-line file must not print 1M lines
@@ -260,10 +261,13 @@ def read_header(path: str | os.PathLike, field_separator: str = "\t", encoding: 
     return report.columns
 
 
-def check_cache_path() -> Path:
+def check_cache_path() -> Path | None:
     """Where passed checks are remembered: ``$RECBOLE_EXT_CACHE_DIR``, else the XDG cache folder
-    (``~/.cache/recbole-ext``)."""
+    (``~/.cache/recbole-ext``); ``None`` when ``$RECBOLE_EXT_CACHE_DIR`` is ``off``: every check
+    reads its file and nothing is written."""
     root = os.environ.get(CACHE_DIR_ENV)
+    if root and root.strip().lower() in CACHE_OFF:
+        return None
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "recbole-ext")
@@ -314,7 +318,7 @@ def check_atomic_file_cached(path: str | os.PathLike, *, kind: str | None = None
     options = {"kind": kind, "field_separator": field_separator, "seq_separator": seq_separator, "encoding": encoding,
                "id_fields": list(ID_FIELDS.get(kind or "", ()) if id_fields is None else id_fields)}
     cache = check_cache_path()
-    key = _content_key(path, options) if path.is_file() else None
+    key = _content_key(path, options) if cache is not None and path.is_file() else None
     known = _cached_report(path, _read_cache(cache).get(key)) if key else None
     if known is not None:
         return known

@@ -167,6 +167,19 @@ def test_a_damaged_or_unwritable_cache_only_costs_time(tmp_path, cache_dir, monk
     assert report.ok and report.rows == 2
 
 
+@pytest.mark.parametrize("off", ["off", "OFF", "none", "0", "false"])
+def test_the_cache_can_be_switched_off(tmp_path, monkeypatch, off):
+    monkeypatch.setenv(atomic.CACHE_DIR_ENV, off)
+    monkeypatch.chdir(tmp_path)  # were "off" taken for a folder, it would appear here
+    path = write(tmp_path, GOOD)
+    reads = []
+    real = atomic.check_atomic_file
+    monkeypatch.setattr(atomic, "check_atomic_file", lambda *args, **kwargs: reads.append(args) or real(*args, **kwargs))
+    assert check_atomic_file_cached(path).ok and check_atomic_file_cached(path).ok
+    assert len(reads) == 2 and atomic.check_cache_path() is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
 def test_a_file_rewritten_during_its_check_is_not_remembered(tmp_path, cache_dir, monkeypatch):
     path = write(tmp_path, GOOD)
     real = atomic.check_atomic_file
