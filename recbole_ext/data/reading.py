@@ -2,8 +2,7 @@
 
 ``Dataset._load_feat`` (RecBole 1.2.1) calls ``pandas.read_csv(..., engine="python")`` for every
 ``.inter``/``.item``/``.user`` file, before every run; with the C parser ML-1M's ``create_dataset``
-takes a quarter of the time (``benchmarks/startup.py``, docs/performance.md "Start-up"), and the
-test suite's few hundred ml-100k loads gain the same.
+takes a quarter of the time (``benchmarks/startup.py``, docs/performance.md "Start-up").
 :func:`read_with_c_tokenizer` uses it only where it must return the Python parser's frame, value
 for value: a file both parsers cut into the same fields, floats that both read with the same
 function. Everything else (quotes, ragged rows, text or out-of-range numbers in a float column)
