@@ -24,7 +24,6 @@ import pandas
 
 BLOCK_BYTES = 1 << 24  # file read in 16 MiB blocks for the byte checks
 EXACT_INTEGER_LIMIT = 2.0 ** 53  # integers up to here read the same as text or as int64 -> float64
-FLOAT_DTYPES = (np.float64, np.dtype(np.float64), "float64")  # what RecBole asks for a float field
 
 
 def cuts_the_same_fields(path, delimiter: str, block_bytes: int = BLOCK_BYTES) -> bool:
@@ -71,6 +70,12 @@ def cuts_the_same_fields(path, delimiter: str, block_bytes: int = BLOCK_BYTES) -
     return header_fields is None or line_fields <= header_fields
 
 
+def is_float64(kind) -> bool:
+    """Whether a ``dtype`` entry asks for float64, as RecBole does for a float field (``np.float64``).
+    Not ``kind in (np.float64, ...)``: a numpy dtype compares equal to ``None``."""
+    return kind is np.float64 or (isinstance(kind, (np.dtype, str)) and str(kind) == "float64")
+
+
 def read_csv(filepath, *args, engine=None, **kwargs):
     """``pandas.read_csv``; a Python-engine read that :func:`read_with_c_tokenizer` can answer exactly
     is answered there."""
@@ -101,8 +106,8 @@ def read_with_c_tokenizer(filepath, kwargs: dict):
     if not (isinstance(delimiter, str) and len(delimiter) == 1 and isinstance(dtype, dict)) \
             or codecs.lookup(kwargs.get("encoding") or "utf-8").name != "utf-8":  # the byte checks assume UTF-8
         return None
-    float_columns = [column for column, kind in dtype.items() if kind in FLOAT_DTYPES]
-    if any(kind not in FLOAT_DTYPES and kind is not str for kind in dtype.values()) \
+    float_columns = [column for column, kind in dtype.items() if is_float64(kind)]
+    if any(not is_float64(kind) and kind is not str for kind in dtype.values()) \
             or not cuts_the_same_fields(filepath, delimiter):
         return None
     try:

@@ -157,6 +157,9 @@ def test_other_encodings_and_separators_go_to_the_python_parser(tmp_path):
     assert read_with_c_tokenizer(path, recbole_read_arguments(path, encoding="latin-1")) is None
     assert read_with_c_tokenizer(path, recbole_read_arguments(path, delimiter="::")) is None
     assert read_with_c_tokenizer(path, recbole_read_arguments(path, dtype=str)) is None
+    assert read_with_c_tokenizer(path, recbole_read_arguments(path, dtype={"user_id:token": str, "r:float": None})) is None
+    assert read_with_c_tokenizer(path, recbole_read_arguments(path, dtype={"user_id:token": str, "r:float": "float64"})) \
+        is not None
 
 
 @pytest.mark.parametrize("block_bytes", [1, 2, 3, 5, 1 << 24])
