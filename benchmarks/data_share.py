@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import train_step
+
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
 from results_file import write_results  # noqa: E402  (one rule for where results go)
 from eval_throughput import DATASETS, has_config_key, timed

@@ -30,6 +30,7 @@ BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results" / "euler_step.json"
 sys.path.insert(0, str(BENCHMARKS))
 import train_step  # noqa: E402  (the shared timing worker and options)
+
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
 from results_file import write_results  # noqa: E402  (one rule for where results go)
 # variant → (model, YAML lines layered over that model's defaults)

@@ -19,13 +19,13 @@ sizes, written only with ``--json``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import time
 import sys
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
 from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 from typing import Callable

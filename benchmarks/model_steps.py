@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
 from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 

@@ -53,6 +53,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
 from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 

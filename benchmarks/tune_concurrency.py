@@ -15,7 +15,6 @@ prints a table of median wall times and their ratio to ``1x2``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
 from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
