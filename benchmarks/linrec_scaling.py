@@ -34,7 +34,8 @@ From N = ``--plain-malloc-from`` (1600) on, every variant runs with glibc's defa
 buffers past this VM's 24 GB and the cell is killed.
 
 Writes ``benchmarks/results/linrec_scaling.json`` and ``.png`` (time and peak memory against N,
-log-log, with the ratios to softmax and where the curves cross); ``--out`` changes the stem.
+log-log, with the ratios to softmax and where the curves cross); ``--out`` changes the stem; ``--quick``
+writes nothing unless given ``--out``.
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # the benchmarks' shared helpers, however this file is loaded
-from results_file import write_results  # noqa: E402  (one rule for where results go)
+from results_file import results_target, write_results  # noqa: E402  (one rule for where results go)
 
 RESULTS = Path(__file__).parent / "results"
 VARIANTS = {
@@ -353,7 +354,7 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--memory-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--paired-worker", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--out", default=None, help="output stem (default benchmarks/results/linrec_scaling[_quick])")
+    parser.add_argument("--out", default=None, help="output stem (default benchmarks/results/linrec_scaling; nothing in --quick)")
     args = parser.parse_args()
     if args.quick:
         args.lengths, args.batch, args.steps, args.warmup, args.hidden = "16,32,64", 2, 1, 1, 32
@@ -431,7 +432,9 @@ def main() -> None:
     print(f"hardware: {hardware}\nsettings: {settings}")
     print_table(rows, variants, lengths, summary)
 
-    stem = Path(args.out) if args.out else RESULTS / ("linrec_scaling_quick" if args.quick else "linrec_scaling")
+    stem = results_target(args.out, args.quick, RESULTS / "linrec_scaling")
+    if stem is None:
+        return
     command = "python benchmarks/linrec_scaling.py " + " ".join(sys.argv[1:])
     write_results(stem.with_suffix(".json"), {
         "command": command.strip(), "hardware": hardware, "settings": settings,
