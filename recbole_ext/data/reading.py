@@ -8,7 +8,7 @@ for value: a file both parsers cut into the same fields, floats that both read w
 function. Everything else (quotes, ragged rows, text or out-of-range numbers in a float column)
 goes to the Python parser as before, so RecBole's result and its errors never change.
 ``tests/data/test_reading.py`` compares the two on every shipped (and, where present, converted)
-atomic file and on thousands of generated files full of quotes, blanks, odd numbers and line ends.
+atomic file and on 800 generated files full of quotes, blanks, odd numbers and line ends.
 
 :func:`patch_atomic_reader` swaps the ``pd`` that RecBole's dataset module sees for a view of pandas
 whose only difference is :func:`read_csv`; nothing else in the process is touched.
