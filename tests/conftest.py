@@ -1,6 +1,7 @@
 """Shared fixtures: a seconds-long ml-100k config (RecBole ships ml-100k, so no download)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -11,6 +12,16 @@ import recbole_ext  # noqa: F401  (applies compat before any test imports RecBol
 TESTS = Path(__file__).parent
 TINY_CONFIG = TESTS / "configs" / "tiny_ml100k.yaml"
 TINY_DATA = TESTS / "configs" / "tiny_data.yaml"
+REPO = TESTS.parent
+
+
+def load_script(relative_path: str, name: str | None = None):
+    """A script of the repository (``scripts/x.py``, ``benchmarks/x.py``: not a package) as a fresh module."""
+    path = REPO / relative_path
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

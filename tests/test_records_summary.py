@@ -1,21 +1,13 @@
 """scripts/records_summary.py: the docs' figures about a table's runs, from its records folder."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 from recbole_ext.repro.records import RECORD_FORMAT
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "records_summary.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("records_summary", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .conftest import load_script
 
 
 def record(folder: Path, key: str, model: str, device: str, best: int, epochs: int, recall: float,
@@ -38,7 +30,7 @@ def test_runs_are_summarised_per_model_and_hardware_and_split_at_a_best_epoch(tm
     record(records, "a3", "SeqTransformer", "cuda:GPU", 30, 45, 0.12, 1.0)
     record(records, "b1", "EulerFormer", "cpu", 12, 27, 0.11, 80.0, bf16=True, hardware="cpu; CPU A (2 logical cores)")
     record(records, "b2", "EulerFormer", "cpu", 14, 29, 0.13, 60.0, bf16=True, hardware="cpu; CPU B (2 logical cores)")
-    assert load_script().main([str(records), "--best-before", "20", "--runs"]) == 0
+    assert load_script("scripts/records_summary.py").main([str(records), "--best-before", "20", "--runs"]) == 0
     out = capsys.readouterr().out
     assert "b1                   EulerFormer      cpu                        12     27          11.00" in out
     assert out.index("a1 ") < out.index("a3 ") < out.index("a2 ")  # by model, then by the metric
@@ -52,7 +44,7 @@ def test_runs_are_summarised_per_model_and_hardware_and_split_at_a_best_epoch(tm
 
 
 def test_no_records_or_a_damaged_one_is_a_one_line_error(tmp_path, capsys):
-    script = load_script()
+    script = load_script("scripts/records_summary.py")
     assert script.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"{tmp_path}: no records (*.json) here"
     (tmp_path / "k1.json").write_text("{not json")

@@ -1,21 +1,13 @@
 """scripts/runs_table.py: the docs' run tables come from run directories, never from unfinished runs."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "runs_table.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("runs_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .conftest import load_script
 
 
 def fake_run(root: Path, name: str, seed: int, position: str, ndcg: float, status="finished") -> Path:
@@ -33,7 +25,7 @@ def fake_run(root: Path, name: str, seed: int, position: str, ndcg: float, statu
 def test_table_averages_over_seeds_and_skips_unfinished(tmp_path, capsys):
     runs = [fake_run(tmp_path, "a", 1, "rope", 0.10), fake_run(tmp_path, "b", 2, "rope", 0.12),
             fake_run(tmp_path, "c", 1, "cape", 0.20), fake_run(tmp_path, "d", 2, "cape", 0.0, status="failed")]
-    load_script().main([*map(str, runs), "--label", "position", "--label", "seed", "--mean-over", "seed"])
+    load_script("scripts/runs_table.py").main([*map(str, runs), "--label", "position", "--label", "seed", "--mean-over", "seed"])
     out, err = capsys.readouterr()
     rows = [line for line in out.splitlines() if line.startswith("| SeqTransformer")]
     assert rows[0].startswith("| SeqTransformer, position=rope | 2 |") and "0.1100 ± 0.0141" in rows[0]
@@ -44,9 +36,9 @@ def test_table_averages_over_seeds_and_skips_unfinished(tmp_path, capsys):
 def test_missing_metric_is_a_one_line_error(tmp_path):
     run = fake_run(tmp_path, "a", 1, "rope", 0.1)
     with pytest.raises(SystemExit, match="recall@10.*not recorded"):
-        load_script().main([str(run), "--metrics", "recall@10"])
+        load_script("scripts/runs_table.py").main([str(run), "--metrics", "recall@10"])
 
 
 def test_a_directory_without_metrics_is_a_one_line_error(tmp_path):
     with pytest.raises(SystemExit, match="no metrics.json"):
-        load_script().main([str(tmp_path)])
+        load_script("scripts/runs_table.py").main([str(tmp_path)])

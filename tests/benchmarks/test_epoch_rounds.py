@@ -1,13 +1,9 @@
 """epoch.py's rounds: medians of the times, per-round ratios (pure functions, no training)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from ..conftest import load_script
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
-spec = importlib.util.spec_from_file_location("benchmark_epoch", BENCHMARKS / "epoch.py")
-epoch = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(epoch)
+epoch = load_script("benchmarks/epoch.py", "benchmark_epoch")
 
 
 def row(s_per_batch: float, epoch_s: float) -> dict:

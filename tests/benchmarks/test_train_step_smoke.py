@@ -2,7 +2,6 @@
 (which counts every mm/bmm/addmm a real forward + backward dispatches), and its variant names."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,11 @@ from recbole.data import create_dataset, data_preparation
 from recbole.utils import init_seed
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..conftest import tiny_recbole_config
-
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+from ..conftest import load_script, tiny_recbole_config
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"benchmarks/{name}.py", f"benchmark_{name}")
 
 
 train_step = load("train_step")

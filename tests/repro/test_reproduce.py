@@ -17,6 +17,8 @@ from recbole_ext.repro import execute
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import QUICK_LABEL, Cell, RunSpec
 
+from ..conftest import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("tiny_table.yaml")
 
@@ -264,11 +266,7 @@ def test_a_key_added_later_keeps_cached_cells_at_its_former_value():
 def test_records_rebuilt_from_a_table_csv_give_the_same_table(reproduction, tmp_path, monkeypatch):
     """``scripts/records_from_csv.py``: finished runs lost before records existed come back from the
     CSV the table was written to (one seed per cell), under the keys today's plan gives them."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("records_from_csv", REPO / "scripts" / "records_from_csv.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("scripts/records_from_csv.py")
     clone = tmp_path / "clone"
     clone.mkdir()
     shutil.copy(reproduction["out"] / "tiny_table.quick.csv", clone / "tiny_table.quick.csv")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,21 @@ def test_welchs_p_value_needs_two_seeds_a_side_and_some_noise():
     assert welch_p_value([1.0, 1.0], [2.0, 2.0]) is None
     assert welch_p_value([10.0, 10.1, 9.9], [1.0, 1.1, 0.9]) < 1e-4  # far apart
     assert welch_p_value([1.0, 3.0], [1.1, 2.9]) > 0.9                # within the noise
+
+
+def test_welchs_p_value_with_one_sides_seeds_all_equal_is_the_one_sided_variance_test_without_a_warning():
+    """Seeds that tie (11.0 three times) leave Welch's t with the other side's variance alone:
+    t = Δ / sqrt(s²/n) on n − 1 degrees of freedom. scipy's precision warning is not shown."""
+    import warnings
+
+    from scipy import stats
+
+    base = [10.0, 12.0, 13.0]
+    spread = statistics.variance(base) / len(base)
+    expected = 2 * stats.t.sf(abs(11.0 - statistics.mean(base)) / spread ** 0.5, df=len(base) - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert welch_p_value([11.0 * 1.0000000000000002] * 3, base) == pytest.approx(expected)
 
 
 def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_path):
