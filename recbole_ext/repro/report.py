@@ -158,6 +158,28 @@ def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> Non
     atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
 
 
+def draw_panel(axis, panel: list[Line]) -> None:
+    """Published and ours side by side per row. A value that does not exist draws no bar (a zero bar
+    would read as a measured zero); ours then says "not run" at the baseline. The ± std whisker is
+    drawn only from two seeds up: one seed has no spread to show."""
+    positions = list(range(len(panel)))
+    missing = float("nan")
+    published = [missing if l.published is None else l.published for l in panel]
+    ours = [missing if l.mean is None else l.mean for l in panel]
+    axis.bar([p - 0.2 for p in positions], published, 0.4, label="published", color="#9aa5b1")
+    axis.bar([p + 0.2 for p in positions], ours, 0.4, label="ours", color="#3b82c4")
+    spread = [(p + 0.2, l.mean, l.std) for p, l in zip(positions, panel) if len(l.ours) > 1]
+    if spread:
+        x, y, error = zip(*spread)
+        axis.errorbar(x, y, yerr=error, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+    for p, l in zip(positions, panel):
+        if l.mean is None:
+            axis.annotate("not run", (p + 0.2, 0), xytext=(0, 2), textcoords="offset points", rotation=90,
+                          ha="center", va="bottom", fontsize=6, color="#6b7280")
+    axis.set_xticks(positions, [l.row_label for l in panel], rotation=45, ha="right", fontsize=7)
+    axis.tick_params(axis="y", labelsize=7)
+
+
 def write_png(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
     """One panel per (column, metric): published and ours (± std) bars per row.
 
@@ -177,16 +199,9 @@ def write_png(table: Table, lines: list[Line], info: RunInfo, path: Path) -> Non
         axis.set_visible(False)
     for axis, (column, metric) in zip(axes.flat, panels):
         panel = [l for l in lines if l.column == column and l.metric.label == metric]
-        positions = range(len(panel))
-        published = [l.published if l.published is not None else 0 for l in panel]
-        ours = [l.mean if l.mean is not None else 0 for l in panel]
-        errors = [l.std or 0 for l in panel]
-        axis.bar([p - 0.2 for p in positions], published, 0.4, label="published", color="#9aa5b1")
-        axis.bar([p + 0.2 for p in positions], ours, 0.4, yerr=errors, label="ours", color="#3b82c4", capsize=2)
-        axis.set_xticks(list(positions), [l.row_label for l in panel], rotation=45, ha="right", fontsize=7)
+        draw_panel(axis, panel)
         substituted = next((l.data_label for l in panel if l.data_label), "")
         axis.set_title(f"{column}{' [data: ' + substituted + ']' if substituted else ''} — {metric}", fontsize=8)
-        axis.tick_params(axis="y", labelsize=7)
     axes.flat[0].legend(fontsize=7)
     title = f"{table.paper} {table.title}"
     if info.budget == "quick":
