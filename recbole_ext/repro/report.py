@@ -160,8 +160,10 @@ def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> Non
 
 def draw_panel(axis, panel: list[Line]) -> None:
     """Published and ours side by side per row. A value that does not exist draws no bar (a zero bar
-    would read as a measured zero); ours then says "not run" at the baseline. The ± std whisker is
-    drawn only from two seeds up: one seed has no spread to show."""
+    would read as a measured zero); ours then names why at the baseline: the cell's status ("not
+    run", "pending", ...), or "n/a" where its runs finished without this value (a timing not averaged
+    across devices; the Markdown gives the reason). The ± std whisker is drawn only from two seeds
+    up: one seed has no spread to show."""
     positions = list(range(len(panel)))
     missing = float("nan")
     published = [missing if l.published is None else l.published for l in panel]
@@ -174,7 +176,7 @@ def draw_panel(axis, panel: list[Line]) -> None:
         axis.errorbar(x, y, yerr=error, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     for p, l in zip(positions, panel):
         if l.mean is None:
-            axis.annotate("not run", (p + 0.2, 0), xytext=(0, 2), textcoords="offset points", rotation=90,
+            axis.annotate("n/a" if l.status in ("done", "partial") else l.status, (p + 0.2, 0), xytext=(0, 2), textcoords="offset points", rotation=90,
                           ha="center", va="bottom", fontsize=6, color="#6b7280")
     axis.set_xticks(positions, [l.row_label for l in panel], rotation=45, ha="right", fontsize=7)
     axis.tick_params(axis="y", labelsize=7)

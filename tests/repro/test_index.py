@@ -142,12 +142,18 @@ def test_the_refresh_after_a_table_leaves_out_csvs_it_cannot_index_and_names_the
     assert "## tiny_table" in (tmp_path / INDEX_NAME).read_text()
 
 
-def test_a_table_written_in_a_subfolder_refreshes_the_parents_index_only_if_it_is_ours(denoiser_out, capsys):
+def test_a_table_written_in_a_subfolder_refreshes_the_parents_index_only_if_it_is_ours(denoiser_out, capsys,
+                                                                                        monkeypatch):
     write_index(denoiser_out)
     sub = denoiser_out / "ml100k"
     assert main(["reproduce", str(TINY_TABLE), "--budget", "paper", "--report-only", "--out", str(sub)]) == 0
     assert f"wrote {denoiser_out / INDEX_NAME}" in capsys.readouterr().out
     assert "[ml100k/](ml100k/README.md)" in (denoiser_out / INDEX_NAME).read_text()
+    # Run from above the folders with a relative --out: the parent's index names it relative too.
+    monkeypatch.chdir(denoiser_out.parent)
+    relative = Path(denoiser_out.name) / "ml100k"
+    assert main(["reproduce", str(TINY_TABLE), "--budget", "paper", "--report-only", "--out", str(relative)]) == 0
+    assert f"--index --out {denoiser_out.name}`" in (denoiser_out / INDEX_NAME).read_text()
 
     readme = "# A project's own README\n"
     (denoiser_out / INDEX_NAME).write_text(readme)  # someone else's README.md: left alone

@@ -166,7 +166,8 @@ def test_timings_from_two_cpu_models_are_not_averaged_and_the_header_names_both(
 
 
 def test_a_plot_panel_draws_no_bar_for_a_missing_value_and_whiskers_only_from_two_seeds():
-    """A cell not run is not a bar of height 0 (it says "not run"); one seed has no whisker."""
+    """A cell not run is not a bar of height 0 (it says "not run", and "n/a" where its runs have no such
+    value); one seed has no whisker."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -177,17 +178,18 @@ def test_a_plot_panel_draws_no_bar_for_a_missing_value_and_whiskers_only_from_tw
 
     panel = [Line("D", "one", "one seed", None, published=0.30, ours=[0.35]),
              Line("D", "three", "three seeds", None, published=0.40, ours=[0.41, 0.43, 0.45]),
-             Line("D", "none", "not run", None, published=0.50),
-             Line("D", "unpublished", "no published value", None, published=None, ours=[0.2, 0.3])]
+             Line("D", "none", "not run", None, published=0.50, status="not run"),
+             Line("D", "unpublished", "no published value", None, published=None, ours=[0.2, 0.3]),
+             Line("D", "unaveraged", "ran, value not averaged", None, published=0.6, status="done")]
     figure, axis = plt.subplots()
     draw_panel(axis, panel)
     heights = [bar.get_height() for bar in axis.patches]
-    published, ours = heights[:4], heights[4:]
+    published, ours = heights[:5], heights[5:]
     assert published[:3] == [0.30, 0.40, 0.50] and published[3] != published[3]  # NaN: no bar
-    assert ours[0] == 0.35 and ours[2] != ours[2] and ours[3] == pytest.approx(0.25)
+    assert ours[0] == 0.35 and ours[2] != ours[2] and ours[3] == pytest.approx(0.25) and ours[4] != ours[4]
     whiskers = [c for c in axis.containers if type(c).__name__ == "ErrorbarContainer"]
     assert len(whiskers) == 1
     segments = whiskers[0].lines[2][0].get_segments()
     assert [round(s[0][0], 6) for s in segments] == [1.2, 3.2]  # the two multi-seed rows only
-    assert [t.get_text() for t in axis.texts] == ["not run"]
+    assert [t.get_text() for t in axis.texts] == ["not run", "n/a"]
     plt.close(figure)
