@@ -220,7 +220,7 @@ def refresh_indexes(out_dir: Path, skipped: list[str]) -> list[Path]:
     written = [write_index(out_dir, skipped)]
     parent = Path(out_dir).resolve().parent
     if parent.is_relative_to(Path.cwd()):  # its index names the folder as the user would type it
-        parent = parent.relative_to(Path.cwd()) if parent != Path.cwd() else Path(".")
+        parent = parent.relative_to(Path.cwd())
     if written[0] and is_index(parent / INDEX_NAME):
         written.append(write_index(parent, skipped))
     return [path for path in written if path]

@@ -176,7 +176,8 @@ def draw_panel(axis, panel: list[Line]) -> None:
         axis.errorbar(x, y, yerr=error, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
     for p, l in zip(positions, panel):
         if l.mean is None:
-            axis.annotate("n/a" if l.status in ("done", "partial") else l.status, (p + 0.2, 0), xytext=(0, 2), textcoords="offset points", rotation=90,
+            why = "n/a" if l.status in ("done", "partial") else l.status
+            axis.annotate(why, (p + 0.2, 0), xytext=(0, 2), textcoords="offset points", rotation=90,
                           ha="center", va="bottom", fontsize=6, color="#6b7280")
     axis.set_xticks(positions, [l.row_label for l in panel], rotation=45, ha="right", fontsize=7)
     axis.tick_params(axis="y", labelsize=7)
