@@ -184,7 +184,7 @@ def draw_panel(axis, panel: list[Line]) -> None:
 
 
 def write_png(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
-    """One panel per (column, metric): published and ours (± std) bars per row.
+    """One panel per (column, metric), drawn by :func:`draw_panel`.
 
     Columns where nothing ran are left out (the Markdown lists them), unless nothing ran at all.
     """

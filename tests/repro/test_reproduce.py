@@ -17,9 +17,8 @@ from recbole_ext.repro import execute
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import QUICK_LABEL, Cell, RunSpec
 
-from ..conftest import load_script
+from ..conftest import REPO, load_script
 
-REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("tiny_table.yaml")
 
 
