@@ -192,7 +192,7 @@ def command_reproduce(args) -> int:
                    hardware=hardware_label(),
                    date=time.strftime("%Y-%m-%d %H:%M"),
                    wall_time_s=time.time() - started, ran=progress.ran, cached=progress.cached, failed=progress.failed,
-                   trained_on=collected.trained_on)
+                   trained_on=collected.trained_on, trained_at=collected.trained_at)
     skipped: list[str] = []
     for path in [*write_reports(table, collected.lines, info, out), *refresh_indexes(out, skipped)]:
         print(f"wrote {path}")  # no index when the folder holds only quick-budget tables

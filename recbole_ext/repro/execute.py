@@ -22,7 +22,7 @@ from typing import Callable
 from recbole_ext.devices import device_label
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import Cell, RunSpec
-from recbole_ext.repro.records import MEASURE_FILE, find_record, record_of_run, write_record
+from recbole_ext.repro.records import BF16_PRECISION, MEASURE_FILE, find_record, record_of_run, write_record
 
 
 def run_dir_of(spec: RunSpec, key: str | None = None) -> Path:
@@ -70,7 +70,7 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
                # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
                "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
     if resolved.values.get("bf16"):  # fp32 runs say nothing, as every run measured before --bf16
-        measure["training_precision"] = "bf16 autocast"
+        measure["training_precision"] = BF16_PRECISION
     text = json.dumps(measure, indent=1).encode()
     atomic_write_bytes(result.run_dir / MEASURE_FILE, lambda handle: handle.write(text))
     return result.run_dir

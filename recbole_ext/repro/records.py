@@ -124,6 +124,15 @@ def record_hardware(record: dict[str, Any]) -> str:
     return record.get("hardware") or f"{record_device(record)}; CPU not recorded"
 
 
+BF16_PRECISION = "bf16 autocast"  # the record's ``training_precision`` of a --bf16 run
+FP32_PRECISION = "fp32"
+
+
+def record_precision(record: dict[str, Any]) -> str:
+    """The precision the run trained at; fp32 runs say nothing, as every run recorded before --bf16."""
+    return record.get("training_precision", FP32_PRECISION)
+
+
 def recorded_devices(records: Path) -> set[str]:
     """The device labels of the records in ``records`` (unreadable files are left to ``read_record``)."""
     devices = set()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.repro.plan import QUICK_LABEL
+from recbole_ext.repro.records import BF16_PRECISION, FP32_PRECISION
 from recbole_ext.repro.results import Line
 from recbole_ext.repro.tables import Table
 
@@ -32,6 +33,7 @@ class RunInfo:
     cached: int = 0
     failed: int = 0
     trained_on: dict[str, int] = field(default_factory=dict)  # the table's finished runs: hardware -> count
+    trained_at: dict[str, int] = field(default_factory=dict)  # and their training precision -> count
 
     def hardware_text(self) -> str:
         """The runs' hardware, which a table rewritten on another machine (``--report-only``) must
@@ -41,6 +43,16 @@ class RunInfo:
         runs = ", ".join(f"{hardware} ({count} run{'s' if count != 1 else ''})"
                          for hardware, count in self.trained_on.items())
         return f"runs trained on {runs}; this call on {self.hardware}"
+
+    def precision_text(self) -> str:
+        """This call's training precision, unless the table's runs trained at another (records of the
+        other precision stand in, ``plan.stand_in_keys``): then theirs, as ``hardware_text`` does."""
+        own = "bf16 autocast (--bf16; evaluation in fp32)" if self.bf16 else FP32_PRECISION
+        if set(self.trained_at) <= {BF16_PRECISION if self.bf16 else FP32_PRECISION}:
+            return own
+        runs = ", ".join(f"{precision} ({count} run{'s' if count != 1 else ''})"
+                         for precision, count in self.trained_at.items())
+        return f"runs trained in {runs}, evaluated in fp32; this call at {own}"
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -97,8 +109,7 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     if table.training:
         out.write(f"- paper budget: {', '.join(f'{k}={v}' for k, v in table.training.items())}\n")
     out.write(f"- command: `{info.command}`\n")
-    precision = "bf16 autocast (--bf16; evaluation in fp32)" if info.bf16 else "fp32"
-    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; training precision: {precision}; "
+    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; training precision: {info.precision_text()}; "
               f"hardware: {info.hardware_text()}; date: {info.date}; "
               f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
               f"{info.failed} failed)\n")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
-from recbole_ext.repro.records import TIMING_KEYS, find_record, record_hardware, record_values
+from recbole_ext.repro.records import TIMING_KEYS, find_record, record_hardware, record_precision, record_values
 from recbole_ext.repro.tables import Metric, Table
 
 DEVICE_BOUND_KEYS = frozenset({*TIMING_KEYS, "peak_gpu_mem_gb"})
@@ -115,6 +115,7 @@ class Collected:
     # hardware (``records.record_hardware``) → how many of the table's finished runs trained on it,
     # for the header: a table rewritten elsewhere, or from records, still names where its runs ran
     trained_on: dict[str, int]
+    trained_at: dict[str, int]  # likewise the precision (``records.record_precision``) → how many runs
 
 
 def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STATISTICS_DATA_PATH) -> Collected:
@@ -122,6 +123,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
     writes them from the run directories first)."""
     lines: list[Line] = []
     counts: dict[str, int] = {}
+    precisions: dict[str, int] = {}
     for cell in cells:
         per_run: list[dict[str, float]] = []
         settings: list[Setting] = []  # where each of per_run trained
@@ -138,6 +140,8 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                         for spec, record in found if record]
             for setting in settings:
                 counts[setting.hardware] = counts.get(setting.hardware, 0) + 1
+            for record in finished:
+                precisions[record_precision(record)] = precisions.get(record_precision(record), 0) + 1
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
@@ -154,7 +158,11 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                 _keep_one_setting(line, [where for where, values in zip(settings, per_run) if metric.key in values])
             lines.append(line)
     _fill_directions(lines)
-    return Collected(lines, dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))))
+    return Collected(lines, _most_first(counts), _most_first(precisions))
+
+
+def _most_first(counts: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _keep_one_setting(line: Line, settings: list[Setting]) -> None:

@@ -343,7 +343,8 @@ def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction
         assert main(argv(tmp_path / "fp32") + ["--bf16"]) == 0
     assert table_lines(tmp_path / "fp32") == table_lines(out)
     markdown = (tmp_path / "fp32" / "tiny_table.quick.md").read_text()
-    assert "training precision: bf16 autocast (--bf16; evaluation in fp32)" in markdown
+    assert "training precision: runs trained in fp32 (" in markdown  # the runs', not this call's
+    assert "this call at bf16 autocast (--bf16; evaluation in fp32)" in markdown
     assert "--bf16" in markdown.split("- command:", 1)[1].splitlines()[0]
     assert "| done (trained on cpu in fp32) |" in markdown
 
@@ -360,7 +361,7 @@ def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction
         patch.setattr(execute, "execute_run", must_not_run)
         assert main([*argv(bf16_out)[:-4], "--models", "base"]) == 0
     markdown = (bf16_out / "tiny_table.quick.md").read_text()
-    assert "training precision: fp32" in markdown
+    assert "training precision: runs trained in bf16 autocast (1 run), evaluated in fp32; this call at fp32" in markdown
     assert "| done (trained on cpu with bf16 autocast) |" in markdown
 
     # the finished --bf16 run directory alone (another --out, no records there) fills the fp32 table

@@ -18,12 +18,14 @@ GPU = "cuda:Lent GPU"
 
 
 def write_record(records: Path, key: str, recall: float, train_s: float, device: str = "cpu",
-                 hardware: str | None = None) -> None:
+                 hardware: str | None = None, precision: str | None = None) -> None:
     records.mkdir(parents=True, exist_ok=True)
     record = {"format": RECORD_FORMAT, "key": key, "device": device, "test": {"recall@10": recall, "ndcg@10": recall / 2},
               "timing": {"train_s_per_epoch": train_s}, "peak_gpu_mem_gb": None, "metrics": {}}
     if hardware:
         record["hardware"] = hardware
+    if precision:
+        record["training_precision"] = precision
     (records / f"{key}.json").write_text(json.dumps(record))
 
 
@@ -163,6 +165,35 @@ def test_timings_from_two_cpu_models_are_not_averaged_and_the_header_names_both(
     write_markdown(table, collect(table, cells, records).lines, info, tmp_path / "table.md")
     assert (f"hardware: runs trained on cpu; CPU not recorded (2 runs), {first} (1 run), {second} (1 run); "
             f"this call on cpu; CPU C (8 logical cores);") in (tmp_path / "table.md").read_text()
+
+
+def test_the_header_names_the_precision_its_runs_trained_at_not_only_this_calls(planned, tmp_path):
+    """A table rewritten from records (``--report-only``) without ``--bf16`` must not call runs that
+    trained under bf16 autocast fp32: the header counts each precision, as it counts hardware."""
+    from recbole_ext.repro.report import RunInfo, write_markdown
+
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    for spec in runs["base"]:
+        write_record(records, spec.key, 0.10, 30.0)
+    bf16_run = runs["sinusoidal"][0]
+    write_record(records, bf16_run.keys_elsewhere["cpu with bf16 autocast"], 0.11, 20.0,
+                 precision="bf16 autocast")
+    collected = collect(table, cells, records)
+    assert collected.trained_at == {"fp32": 2, "bf16 autocast": 1}
+
+    def header(bf16: bool, trained_at: dict[str, int]) -> str:
+        info = RunInfo(command="test", budget="paper", seeds=2, bf16=bf16, hardware="cpu", date="today",
+                       wall_time_s=0, trained_at=trained_at)
+        write_markdown(table, collected.lines, info, tmp_path / "table.md")
+        return (tmp_path / "table.md").read_text().split("training precision: ", 1)[1].split("; hardware:")[0]
+
+    assert header(False, collected.trained_at) == ("runs trained in fp32 (2 runs), bf16 autocast (1 run), "
+                                                   "evaluated in fp32; this call at fp32")
+    assert header(False, {"fp32": 2}) == "fp32"
+    assert header(True, {"bf16 autocast": 3}) == header(True, {}) == "bf16 autocast (--bf16; evaluation in fp32)"
+    assert header(True, {"fp32": 2}) == ("runs trained in fp32 (2 runs), evaluated in fp32; "
+                                         "this call at bf16 autocast (--bf16; evaluation in fp32)")
 
 
 def test_a_plot_panel_draws_no_bar_for_a_missing_value_and_whiskers_only_from_two_seeds():
