@@ -6,7 +6,8 @@
                                      [--compile-mode ...] [--json PATH] [--quick]
 
 ml-100k (RecBole ships it), ``MAX_ITEM_LIST_LENGTH`` 50, batch 2048, CE over all items, 2 layers,
-2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model. Each model runs in
+2 heads, d 64, dropout 0.5: RecBole SASRec's defaults, the same for every model that has these keys
+(RecBole's Caser or GRU4Rec keep their own sizes). Each model runs in
 a fresh subprocess (``--one-process``: all in this one) on the same pre-fetched training batches,
 through our config resolver, with its registered defaults (our presets: the paper's settings, e.g.
 EulerFormer with phase-contrastive learning, Denoiser with its mask gradient, L0 and Jacobian terms,
@@ -60,14 +61,17 @@ class PreparedModel:
         import recbole_ext  # noqa: F401  (compat)
         from epoch import PAPER_KEYS
         from recbole_ext.config import resolve
+        from recbole_ext.config.resolve import accepted_keys
         from recbole_ext.registry import plugin_models
         from recbole_ext.runner import build, recbole_config
 
         if args.threads:
             torch.set_num_threads(args.threads)
+        # the transformer sizes go to the models that have them (not, e.g., RecBole's Caser or GRU4Rec)
+        sizes = {key: value for key, value in SIZES.items() if key in accepted_keys(model_name, "ml-100k")}
         values = {"model": model_name, "dataset": "ml-100k", "train_batch_size": args.batch,
                   "MAX_ITEM_LIST_LENGTH": args.length, "loss_type": "CE", "use_gpu": args.device == "cuda",
-                  "show_progress": False, "state": "ERROR", **SIZES, **(PAPER_KEYS if model_name == "FEARec" else {})}
+                  "show_progress": False, "state": "ERROR", **sizes, **(PAPER_KEYS if model_name == "FEARec" else {})}
         ours = plugin_models().get(model_name) is not None
         resolved = resolve(ROOT / "configs" / "base" / "ml100k.yaml", args.set if ours else [], values)
         self.config = recbole_config(resolved, checkpoint_dir=Path(args.scratch) / model_name)

@@ -67,6 +67,13 @@ def known_keys(model_class: type, info: ModelInfo, dataset: str, model_defaults:
     return keys
 
 
+def accepted_keys(model_name: str, dataset: str) -> set[str]:
+    """The keys a config of ``model_name`` on ``dataset`` may set (what :func:`resolve` checks user keys
+    against), for callers that apply one set of settings to models of several families."""
+    model_class, info = resolve_model(model_name)
+    return set(known_keys(model_class, info, dataset, _model_defaults(model_class, info)[0]))
+
+
 def _defaults_lookup(user: MergedConfig, overrides: list[str]):
     """The default values of the model the overrides will select (for dotted ``--set`` keys), or None."""
     model_name = user.values.get("model")

@@ -41,3 +41,14 @@ def test_set_overrides_reach_this_projects_models_only(tmp_path):
     assert "unknown key 'no_such_key'" in rows["SeqTransformer"]["error"]
     assert rows["SASRec"]["median_s_per_step"] > 0
     assert "our models with no_such_key=1" in done.stdout
+
+
+def test_models_without_the_transformer_keys_run_at_their_own_sizes(tmp_path):
+    """The shared transformer sizes (``n_layers``, ``hidden_size``, ...) go only to models that have
+    them: RecBole's Caser would refuse them as unknown keys, and its row would be an error."""
+    target = tmp_path / "steps.json"
+    done = subprocess.run([sys.executable, str(BENCHMARK), "--quick", "--one-process", "--models", "SeqTransformer,Caser",
+                           "--precision", "fp32", "--json", str(target)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {row["model"]: row for row in json.loads(target.read_text())["summary"]}
+    assert "error" not in rows["Caser"] and rows["Caser"]["median_s_per_step"] > 0

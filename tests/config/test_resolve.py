@@ -210,3 +210,13 @@ def test_integer_defaults_of_recbole_models_accept_floats():
     assert resolve(TINY_DATA, ["model=FEARec", "global_ratio=0.8"]).values["global_ratio"] == 0.8
     with pytest.raises(ConfigError, match="epochs"):
         resolve(TINY_DATA, ["model=FEARec", "epochs=1.5"])
+
+
+def test_accepted_keys_are_the_keys_resolve_checks_against():
+    from recbole_ext.config.resolve import accepted_keys
+
+    caser, ours = accepted_keys("Caser", "ml-100k"), accepted_keys("SeqTransformer", "ml-100k")
+    assert {"embedding_size", "nh", "nv", "train_batch_size"} <= caser and "n_layers" not in caser
+    assert {"n_layers", "hidden_size", "attention", "train_batch_size"} <= ours
+    with pytest.raises(ConfigError, match="n_layers"):
+        resolve(values={"model": "Caser", "dataset": "ml-100k", "n_layers": 2})
