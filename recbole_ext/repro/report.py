@@ -109,10 +109,13 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     if table.training:
         out.write(f"- paper budget: {', '.join(f'{k}={v}' for k, v in table.training.items())}\n")
     out.write(f"- command: `{info.command}`\n")
-    out.write(f"- budget: {info.budget}; seeds: {info.seeds}; training precision: {info.precision_text()}; "
-              f"hardware: {info.hardware_text()}; date: {info.date}; "
-              f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
-              f"{info.failed} failed)\n")
+    if table.kind == "statistics":  # counted from the atomic files: no budget, seeds, precision or runs
+        out.write(f"- counted on: {info.hardware}; date: {info.date}; wall time: {info.wall_time_s:.0f} s\n")
+    else:
+        out.write(f"- budget: {info.budget}; seeds: {info.seeds}; training precision: {info.precision_text()}; "
+                  f"hardware: {info.hardware_text()}; date: {info.date}; "
+                  f"wall time: {info.wall_time_s:.0f} s ({info.ran} run(s) trained, {info.cached} cached, "
+                  f"{info.failed} failed)\n")
     if table.scale != 1:
         out.write(f"- values ×{table.scale:g} (as printed in the paper)\n")
     for note in table.notes:

@@ -196,6 +196,22 @@ def test_the_header_names_the_precision_its_runs_trained_at_not_only_this_calls(
                                          "this call at bf16 autocast (--bf16; evaluation in fp32)")
 
 
+def test_a_statistics_table_header_has_no_training_fields(tmp_path, monkeypatch):
+    """Counting a dataset trains nothing: no budget, seeds, precision or run counts in its header."""
+    from recbole_ext.repro.plan import plan_table
+    from recbole_ext.repro.report import RunInfo, write_markdown
+
+    monkeypatch.chdir(tmp_path)
+    table = load_table("denoiser-t1")
+    cells = plan_table(table, tmp_path / "runs", seeds=1, budget="paper", device="cpu")
+    info = RunInfo(command="test", budget="paper", seeds=1, bf16=False, hardware="cpu; CPU C", date="today",
+                   wall_time_s=3)
+    write_markdown(table, collect(table, cells, tmp_path / "records").lines, info, tmp_path / "t1.md")
+    header = [line for line in (tmp_path / "t1.md").read_text().splitlines() if line.startswith("- counted on:")]
+    assert header == ["- counted on: cpu; CPU C; date: today; wall time: 3 s"]
+    assert "training precision" not in (tmp_path / "t1.md").read_text()
+
+
 def test_a_plot_panel_draws_no_bar_for_a_missing_value_and_whiskers_only_from_two_seeds():
     """A cell not run is not a bar of height 0 (it says "not run", and "n/a" where its runs have no such
     value); one seed has no whisker."""
