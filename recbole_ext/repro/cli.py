@@ -146,7 +146,7 @@ def command_reproduce(args) -> int:
     from recbole_ext.repro.execute import (Progress, execute_cells, pending_runs, record_finished_runs, run_dir_of,
                                            run_progress)
     from recbole_ext.repro.index import refresh_indexes, write_index
-    from recbole_ext.repro.plan import QUICK_LABEL, plan_table
+    from recbole_ext.repro.plan import CPU_FP32_MODELS, QUICK_LABEL, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect
@@ -171,6 +171,10 @@ def command_reproduce(args) -> int:
                        _use_data(args.use_data), device, other_devices=recorded_devices(records), bf16=args.bf16)
     if args.budget == "quick":
         print(f"note: {QUICK_LABEL}")
+    fp32_rows = sorted({cell.row.label for cell in cells if cell.runs and not cell.runs[0].values.get("bf16")})
+    if args.bf16 and fp32_rows:
+        print(f"note: --bf16 does not apply to the {', '.join(fp32_rows)} row(s) here, which train in fp32: bf16 "
+              f"autocast slows {', '.join(sorted(CPU_FP32_MODELS))} down on a CPU (docs/performance.md)")
     print(f"{table.name}: {len(cells)} cells: {_state_counts(cells)}")
     print_skips(cells)
     if args.dry_run:

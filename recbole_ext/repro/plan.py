@@ -37,6 +37,12 @@ CACHE_VERSION = 1
 STATISTICS_DATA_PATH = "dataset_atomic"  # default of `recbole-ext data convert` (used when a column has no config)
 
 
+# Models that ``--bf16`` would slow down on a CPU instead of speeding up: they train in fp32 there.
+# RecBole's Caser runs its 50 convolutions 11x slower under bf16 autocast than in fp32 on an AMX CPU
+# (oneDNN's bf16 kernels at its filter shapes; docs/performance.md, "Every model's training step").
+CPU_FP32_MODELS = frozenset({"Caser"})
+
+
 @dataclass
 class RunSpec:
     """One training run of a cell: what :func:`recbole_ext.repro.execute.execute_run` needs."""
@@ -223,7 +229,7 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         per_column = {**column.set, **row.column_set.get(column.label, {})} if not data_label else {}
         base = {**table.training, **row.set, **per_column, "model": row.model}
         base.update(budget_values(table, budget, file_values))
-        if bf16:
+        if bf16 and not (device == "cpu" and row.model in CPU_FP32_MODELS):
             base["bf16"] = True
     except ConfigError as error:
         return Cell(row, column, "error", str(error), data_label=data_label)

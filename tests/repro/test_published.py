@@ -167,3 +167,18 @@ def test_every_row_config_resolves_once_its_model_exists(table_name, row_id, tmp
     if cell.state == "pending":
         pytest.skip(cell.reason)
     assert cell.state in ("runnable", "missing-data"), f"{cell.state}: {cell.reason}"
+
+
+def test_bf16_leaves_the_models_it_slows_on_a_cpu_in_fp32(tmp_path):
+    """``--bf16`` would make RecBole's Caser 11x slower on a CPU: its cells plan fp32 runs there (with
+    the bf16 key still standing in), while a GPU's plan and the other rows take bf16."""
+    from recbole_ext.repro.plan import plan_table
+
+    table = load_table("denoiser-t2")
+    plan = dict(datasets=["ML"], models=["caser", "sasrec"], use_data={"ML": "base/ml100k.yaml"}, budget="quick",
+                bf16=True)
+    on_cpu = {cell.row.id: cell.runs[0] for cell in plan_table(table, tmp_path, device="cpu", **plan)}
+    assert not on_cpu["caser"].values.get("bf16") and on_cpu["sasrec"].values["bf16"] is True
+    assert "cpu with bf16 autocast" in on_cpu["caser"].keys_elsewhere
+    on_gpu = {cell.row.id: cell.runs[0] for cell in plan_table(table, tmp_path, device="cuda:GPU", **plan)}
+    assert on_gpu["caser"].values["bf16"] is True
