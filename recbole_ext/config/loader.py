@@ -130,7 +130,7 @@ def find_config_file(name: str | os.PathLike, relative_to: Path | None = None) -
         for directory in config_search_path():
             if (directory / candidate).is_file():
                 return directory / candidate
-    searched = ", ".join(str(p) for p in ([relative_to] if relative_to else []) + config_search_path())
+    searched = ", ".join(dict.fromkeys(str(p) for p in ([relative_to] if relative_to else []) + config_search_path()))
     raise ConfigError(f"{name}: config file not found (also looked in {searched})")
 
 

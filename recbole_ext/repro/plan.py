@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from recbole_ext.config.schema import SPEED_ONLY_KEYS, without_later_keys_at_former_values
 from recbole_ext.devices import device_label
-from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError
+from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError, did_you_mean
 from recbole_ext.repro.tables import Column, Row, Table
 
 BUDGETS = ("paper", "quick")
@@ -139,9 +139,18 @@ def select(table: Table, datasets: list[str] | None = None, models: list[str] | 
     """Rows and columns chosen by ``--models`` (row id or label) and ``--datasets`` (label or preset)."""
     rows = [r for r in table.rows if _match(models, r.id, r.label)]
     columns = [c for c in table.columns if _match(datasets, c.label, c.preset)]
-    for wanted, found, what in ((models, rows, "--models"), (datasets, columns, "--datasets")):
-        if wanted and not found:
-            raise ConfigError(f"{what} {', '.join(wanted)} matches nothing in table {table.name}")
+    # each name must match: a typo beside a good name would otherwise drop its rows without a word
+    for wanted, names, what in ((models, [(r.label, r.id) for r in table.rows], "--models"),
+                                (datasets, [(c.label, c.preset) for c in table.columns], "--datasets")):
+        choices: dict[str, str] = {}  # matching ignores case: suggest each name once, the label first
+        for pair in names:
+            for choice in filter(None, pair):
+                choices.setdefault(choice.lower(), choice)
+        for name in wanted or ():
+            if not any(_match([name], *pair) for pair in names):
+                labels = ", ".join(dict.fromkeys(label for label, _ in names))
+                raise ConfigError(f"{what} {name}: matches nothing in table {table.name}"
+                                  f"{did_you_mean(name, choices.values())}; it has: {labels}")
     return rows, columns
 
 

@@ -220,3 +220,12 @@ def test_accepted_keys_are_the_keys_resolve_checks_against():
     assert {"n_layers", "hidden_size", "attention", "train_batch_size"} <= ours
     with pytest.raises(ConfigError, match="n_layers"):
         resolve(values={"model": "Caser", "dataset": "ml-100k", "n_layers": 2})
+
+
+def test_a_missing_config_file_names_each_searched_folder_once(tmp_path, monkeypatch):
+    """From the repository, its configs/ is both the working directory's and the package's."""
+    monkeypatch.chdir(Path(__file__).parents[2])
+    with pytest.raises(ConfigError) as error:
+        find_config_file("no_such_config.yaml")
+    searched = str(error.value).split("also looked in ", 1)[1].rstrip(")").split(", ")
+    assert len(searched) == len(set(searched))

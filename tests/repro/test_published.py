@@ -182,3 +182,18 @@ def test_bf16_leaves_the_models_it_slows_on_a_cpu_in_fp32(tmp_path):
     assert "cpu with bf16 autocast" in on_cpu["caser"].keys_elsewhere
     on_gpu = {cell.row.id: cell.runs[0] for cell in plan_table(table, tmp_path, device="cuda:GPU", **plan)}
     assert on_gpu["caser"].values["bf16"] is True
+
+
+def test_a_selection_name_that_matches_nothing_is_an_error_even_beside_good_ones():
+    """``--models Casr SASRec`` must not quietly run SASRec alone: the typo is named, with the closest
+    row and the table's rows; the same for ``--datasets``."""
+    from recbole_ext.repro.plan import select
+
+    table = load_table("fearec-t2")
+    with pytest.raises(ConfigError, match=r"--models Casr: matches nothing in table fearec-t2 \(did you mean 'Caser'\?\); "
+                                          r"it has: BPR-MF, GRU4Rec, Caser, "):
+        select(table, models=["Casr", "SASRec"])
+    with pytest.raises(ConfigError, match=r"--datasets Beuty: .*did you mean 'Beauty'.*it has: Beauty, Clothing"):
+        select(table, datasets=["Beuty"], models=["sasrec"])
+    rows, columns = select(table, datasets=["beauty", "fearec-sports"], models=["SASRec", "duorec"])
+    assert [r.id for r in rows] == ["sasrec", "duorec"] and [c.label for c in columns] == ["Beauty", "Sports"]
