@@ -1,4 +1,4 @@
-"""The ``recbole-ext`` command: ``run``, ``evaluate``, ``list``, ``data``.
+"""The ``recbole-ext`` command: ``run``, ``evaluate``, ``list``, ``data``, ``reproduce``, ``tune``.
 
 Errors in the user's input (config, names, data, checkpoints) print one line and exit 2.
 """
@@ -9,7 +9,7 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="recbole-ext", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="recbole-ext", description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("--version", action="store_true", help="print versions and exit")
     commands = parser.add_subparsers(dest="command")
 

@@ -77,3 +77,11 @@ def test_console_script_exit_code():
     result = subprocess.run([sys.executable, "-m", "recbole_ext", "run", "--config", "does-not-exist.yaml"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_the_help_line_names_every_command():
+    from recbole_ext.cli import build_parser
+
+    parser = build_parser()
+    commands = next(action for action in parser._actions if action.dest == "command").choices
+    assert parser.description == "The recbole-ext command: " + ", ".join(commands) + "."
