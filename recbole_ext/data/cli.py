@@ -28,7 +28,7 @@ def _min_rating(text: str):
 
 def add_data_parser(commands) -> None:
     data = commands.add_parser("data", help="convert, check and describe datasets (RecBole atomic files)")
-    sub = data.add_subparsers(dest="data_command", required=True, metavar="{convert,stats,check}")
+    sub = data.add_subparsers(dest="data_command", required=True, metavar="{convert,stats,check,presets}")
 
     convert = sub.add_parser("convert", help="write NAME.inter (+ .item/.user, NAME.meta.json) from a paper's dataset copy")
     convert.add_argument("--format", required=True, choices=FORMATS, dest="fmt")
