@@ -171,8 +171,8 @@ def command_reproduce(args) -> int:
                        _use_data(args.use_data), device, other_devices=recorded_devices(records), bf16=args.bf16)
     if args.budget == "quick":
         print(f"note: {QUICK_LABEL}")
-    fp32_rows = sorted({cell.row.label for cell in cells if cell.runs and not cell.runs[0].values.get("bf16")})
-    if args.bf16 and fp32_rows:
+    fp32_rows = args.bf16 and sorted({cell.row.label for cell in cells if cell.runs and not cell.runs[0].values.get("bf16")})
+    if fp32_rows:
         print(f"note: --bf16 does not apply to the {', '.join(fp32_rows)} row(s) here, which train in fp32: bf16 "
               f"autocast slows {', '.join(sorted(CPU_FP32_MODELS))} down on a CPU (docs/performance.md)")
     print(f"{table.name}: {len(cells)} cells: {_state_counts(cells)}")
