@@ -47,8 +47,9 @@ class RunInfo:
     def precision_text(self) -> str:
         """This call's training precision, unless the table's runs trained at another (records of the
         other precision stand in, ``plan.stand_in_keys``): then theirs, as ``hardware_text`` does."""
-        own = "bf16 autocast (--bf16; evaluation in fp32)" if self.bf16 else FP32_PRECISION
-        if set(self.trained_at) <= {BF16_PRECISION if self.bf16 else FP32_PRECISION}:
+        precision = BF16_PRECISION if self.bf16 else FP32_PRECISION
+        own = f"{precision} (--bf16; evaluation in fp32)" if self.bf16 else precision
+        if set(self.trained_at) <= {precision}:
             return own
         runs = ", ".join(f"{precision} ({count} run{'s' if count != 1 else ''})"
                          for precision, count in self.trained_at.items())

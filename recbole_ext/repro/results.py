@@ -140,8 +140,8 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                         for spec, record in found if record]
             for setting in settings:
                 counts[setting.hardware] = counts.get(setting.hardware, 0) + 1
-            for record in finished:
-                precisions[record_precision(record)] = precisions.get(record_precision(record), 0) + 1
+            for precision in map(record_precision, finished):
+                precisions[precision] = precisions.get(precision, 0) + 1
             status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
             if not finished:
                 reason = "no finished run yet"
