@@ -286,8 +286,12 @@ class Cloze(Backbone):
             else:
                 losses = F.softplus(-positive_score) + F.softplus(negative_score)
         else:
-            logits = self.score_all(model, states)
-            losses = F.cross_entropy(logits.flatten(0, 1), positive.flatten(), reduction="none").view_as(targets)
+            # Scores over all items only at the real masks: RecBole's transform pads every prefix to
+            # int(mask_ratio · max length) mask slots, which short histories (Amazon's ~9 items) mostly
+            # leave empty, and the [slots, items] logits are the step's biggest product.
+            chosen = targets.bool()
+            logits = self.score_all(model, states[chosen])
+            return F.cross_entropy(logits, positive[chosen], reduction="sum") / targets.sum(), output
         return (losses * targets).sum() / targets.sum(), output
 
     def window_target_count(self, model, interaction) -> int:
