@@ -285,14 +285,14 @@ class Cloze(Backbone):
                 losses = -torch.log(1e-14 + torch.sigmoid(positive_score - negative_score))
             else:
                 losses = F.softplus(-positive_score) + F.softplus(negative_score)
+            total = (losses * targets).sum()
         else:
             # Scores over all items only at the real masks: RecBole's transform pads every prefix to
             # int(mask_ratio · max length) mask slots, which short histories (Amazon's ~9 items) mostly
             # leave empty, and the [slots, items] logits are the step's biggest product.
             chosen = targets.bool()
-            logits = self.score_all(model, states[chosen])
-            return F.cross_entropy(logits, positive[chosen], reduction="sum") / targets.sum(), output
-        return (losses * targets).sum() / targets.sum(), output
+            total = F.cross_entropy(self.score_all(model, states[chosen]), positive[chosen], reduction="sum")
+        return total / targets.sum(), output
 
     def window_target_count(self, model, interaction) -> int:
         """The [MASK]s of the last training pass: the masks are drawn in the forward pass (an ARM

@@ -184,6 +184,20 @@ def test_bf16_leaves_the_models_it_slows_on_a_cpu_in_fp32(tmp_path):
     assert on_gpu["caser"].values["bf16"] is True
 
 
+def test_bf16_on_a_cpu_says_which_rows_stay_in_fp32(tmp_path, capsys, monkeypatch):
+    from recbole_ext.cli import main
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    argv = ["reproduce", "denoiser-t2", "--datasets", "ML", "--use-data", "ML=base/ml100k.yaml", "--budget", "quick",
+            "--out", str(tmp_path), "--dry-run", "--bf16", "--models"]
+    assert main([*argv, "caser", "sasrec"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "--bf16 does not apply" in line]
+    assert notes == ["note: --bf16 does not apply to the Caser row(s) here, which train in fp32: bf16 autocast "
+                     "slows Caser down on a CPU (docs/performance.md)"]
+    assert main([*argv, "sasrec"]) == 0
+    assert "--bf16 does not apply" not in capsys.readouterr().out
+
+
 def test_a_selection_name_that_matches_nothing_is_an_error_even_beside_good_ones():
     """``--models Casr SASRec`` must not quietly run SASRec alone: the typo is named, with the closest
     row and the table's rows; the same for ``--datasets``."""
