@@ -40,9 +40,7 @@ class RunInfo:
         not take from the machine that rewrote it; then this call's."""
         if not self.trained_on:
             return self.hardware
-        runs = ", ".join(f"{hardware} ({count} run{'s' if count != 1 else ''})"
-                         for hardware, count in self.trained_on.items())
-        return f"runs trained on {runs}; this call on {self.hardware}"
+        return f"runs trained on {_with_run_counts(self.trained_on)}; this call on {self.hardware}"
 
     def precision_text(self) -> str:
         """This call's training precision, unless the table's runs trained at another (records of the
@@ -51,9 +49,12 @@ class RunInfo:
         own = f"{precision} (--bf16; evaluation in fp32)" if self.bf16 else precision
         if set(self.trained_at) <= {precision}:
             return own
-        runs = ", ".join(f"{precision} ({count} run{'s' if count != 1 else ''})"
-                         for precision, count in self.trained_at.items())
-        return f"runs trained in {runs}, evaluated in fp32; this call at {own}"
+        return f"runs trained in {_with_run_counts(self.trained_at)}, evaluated in fp32; this call at {own}"
+
+
+def _with_run_counts(counts: dict[str, int]) -> str:
+    """'A (2 runs), B (1 run)'."""
+    return ", ".join(f"{name} ({count} run{'s' if count != 1 else ''})" for name, count in counts.items())
 
 
 def _num(value: float | None, digits: int = 4) -> str:
