@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
 from recbole_ext.devices import device_label
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import Cell, RunSpec
@@ -102,7 +104,8 @@ def finished_runs(cell: Cell, records: Path) -> int:
 
 
 def run_progress(run_dir: Path) -> str:
-    """'at N epochs, best validation epoch E (score)' from ``history.json``; '' without finished epochs."""
+    """'at N epochs, best validation epoch E (score), early stopping at epoch S at the earliest' from
+    ``history.json`` and the run's ``config.yaml``; '' without finished epochs."""
     try:
         history = json.loads((run_dir / "history.json").read_text())
     except (OSError, ValueError):
@@ -112,9 +115,41 @@ def run_progress(run_dir: Path) -> str:
     text = f"at {len(history)} epochs"
     validated = [entry for entry in history if "valid_score" in entry]
     if validated:
-        best = max(validated, key=lambda entry: entry["valid_score"])
-        text += f", best validation epoch {best['epoch']} ({best['valid_score']:.4f})"
+        best, idle = _early_stopping_state([entry["valid_score"] for entry in validated])
+        text += f", best validation epoch {validated[best]['epoch']} ({validated[best]['valid_score']:.4f})"
+        training = _training_length(run_dir)
+        if training is not None:
+            epochs, stopping_step, eval_step = training
+            # each further validation that does not reach the best adds one idle step; RecBole stops
+            # once they exceed stopping_step (validations every eval_step epochs, numbered from 0)
+            earliest = min(validated[-1]["epoch"] + (stopping_step + 1 - idle) * eval_step, epochs - 1)
+            text += f", early stopping at epoch {earliest} at the earliest"
     return text
+
+
+def _early_stopping_state(scores: list[float]) -> tuple[int, int]:
+    """(index of the best validation, idle validations since) as RecBole's ``early_stopping`` counts
+    them: a score equal to the best is a new best, so of equal scores the later one is kept."""
+    best = 0
+    for index, score in enumerate(scores):
+        if score >= scores[best]:
+            best = index
+    return best, len(scores) - 1 - best
+
+
+def _training_length(run_dir: Path) -> tuple[int, int, int] | None:
+    """(epochs, stopping_step, eval_step) from the run's ``config.yaml``, RecBole's defaults where it
+    names none; None where it cannot be read."""
+    from recbole_ext.config.schema import recbole_general_defaults
+
+    try:
+        values = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(values, dict):
+        return None
+    merged = {**recbole_general_defaults(), **values}
+    return merged["epochs"], merged["stopping_step"], merged["eval_step"] or 1
 
 
 def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:

@@ -413,6 +413,27 @@ def test_list_says_how_far_an_unfinished_run_got(reproduction, tmp_path, capsys)
     assert "unfinished, a rerun resumes it: seed" in capsys.readouterr().out
 
 
+def test_progress_counts_idle_validations_as_recboles_early_stopping_does(tmp_path):
+    """Of equal validation scores RecBole keeps the later one as the best, and stops once more than
+    ``stopping_step`` validations in a row fall below it: the earliest stop follows from both."""
+    history = [{"epoch": epoch, "valid_score": score} for epoch, score in enumerate([0.2, 0.3, 0.25, 0.3, 0.28])]
+    (tmp_path / "history.json").write_text(json.dumps(history))
+    assert execute.run_progress(tmp_path) == "at 5 epochs, best validation epoch 3 (0.3000)"  # no config.yaml
+    (tmp_path / "config.yaml").write_text("epochs: 1000\nstopping_step: 4\n")
+    # one idle validation (epoch 4) so far; four more (5-8) still leave it at stopping_step, the ninth epoch stops
+    assert execute.run_progress(tmp_path).endswith(", best validation epoch 3 (0.3000), "
+                                                   "early stopping at epoch 8 at the earliest")
+    (tmp_path / "config.yaml").write_text("epochs: 1000\nstopping_step: 4\neval_step: 2\n")
+    history = [{"epoch": 1, "valid_score": 0.3}, {"epoch": 3, "valid_score": 0.2}]  # validated every other epoch
+    (tmp_path / "history.json").write_text(json.dumps([{"epoch": 0}, history[0], {"epoch": 2}, history[1]]))
+    assert execute.run_progress(tmp_path).endswith("best validation epoch 1 (0.3000), early stopping at epoch 11 "
+                                                   "at the earliest")
+    (tmp_path / "config.yaml").write_text("epochs: 6\nstopping_step: 4\neval_step: 2\n")
+    assert execute.run_progress(tmp_path).endswith("early stopping at epoch 5 at the earliest")  # the last epoch
+    (tmp_path / "config.yaml").write_text("stopping_step: 4\n")  # RecBole's defaults: every epoch validates
+    assert execute.run_progress(tmp_path).endswith("early stopping at epoch 7 at the earliest")
+
+
 def test_dry_run_names_each_run_it_would_train_and_trains_nothing(reproduction, tmp_path, monkeypatch, capsys):
     table_file, out = reproduction["argv"][1], str(reproduction["out"])
     monkeypatch.setattr(execute, "execute_run", must_not_run)
