@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import os
 
+# Models that bf16 autocast slows down on a CPU instead of speeding up. RecBole's Caser runs its 50
+# convolutions 11x slower under bf16 autocast than in fp32 on an AMX CPU (oneDNN's bf16 kernels at
+# its filter shapes; docs/performance.md, "Every model's training step"). ``reproduce --bf16`` trains
+# them in fp32 there; a run that asks for bf16 itself gets a warning.
+CPU_FP32_MODELS = frozenset({"Caser"})
+
 
 def device_label(device=None) -> str:
     """The label of ``device`` (a ``torch.device`` or its string); by default, the device a run here

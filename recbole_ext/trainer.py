@@ -24,6 +24,7 @@ from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
 
 from recbole_ext.compat import atomic_write_bytes
+from recbole_ext import devices
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.metrics import USER_RESOURCE
@@ -91,6 +92,9 @@ class RunTrainerMixin:
     def __init__(self, config, model, run_dir: Path | None = None):
         super().__init__(config, model)
         self.bf16 = bool(config["bf16"]) if "bf16" in config else False
+        if self.bf16 and torch.device(self.device).type == "cpu" and type(model).__name__ in devices.CPU_FP32_MODELS:
+            self.logger.warning(f"bf16=true: bfloat16 autocast slows {type(model).__name__} down on a CPU instead of "
+                                f"speeding it up (docs/performance.md); bf16=false trains it faster")
         self.length_bucketing = int(config["length_bucketing"] or 0) if "length_bucketing" in config else 0
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # checked at resolve time: sequential model, full-sort evaluation

@@ -87,6 +87,19 @@ def test_bert4rec_backbone_and_bf16_train(in_tmp):
     assert history[0]["train_loss"]["loss"] > 0 and result.test_result["ndcg@10"] >= 0
 
 
+def test_bf16_on_a_model_it_slows_on_a_cpu_warns_in_the_runs_log(in_tmp, monkeypatch):
+    """``reproduce --bf16`` keeps such models (Caser) in fp32 on a CPU; a run that asks for bf16 itself
+    gets it, with a warning that says why it is slow."""
+    from recbole_ext import devices
+
+    result = run(TINY_CONFIG, ["epochs=1", "bf16=true"])
+    assert "autocast slows" not in (result.run_dir / "run.log").read_text()
+    monkeypatch.setattr(devices, "CPU_FP32_MODELS", frozenset({"SeqTransformer"}))  # the tiny config's model
+    result = run(TINY_CONFIG, ["epochs=1", "bf16=true"])
+    assert ("bf16=true: bfloat16 autocast slows SeqTransformer down on a CPU instead of speeding it up "
+            "(docs/performance.md); bf16=false trains it faster") in (result.run_dir / "run.log").read_text()
+
+
 def test_existing_run_directory_is_never_overwritten(in_tmp):
     run(TINY_CONFIG, ["epochs=1", "run_name=fixed"])
     from recbole_ext.errors import ConfigError

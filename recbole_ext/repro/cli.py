@@ -142,11 +142,11 @@ def command_list(args) -> int:
 
 
 def command_reproduce(args) -> int:
-    from recbole_ext.devices import device_label, hardware_label
+    from recbole_ext.devices import CPU_FP32_MODELS, device_label, hardware_label
     from recbole_ext.repro.execute import (Progress, execute_cells, pending_runs, record_finished_runs, run_dir_of,
                                            run_progress)
     from recbole_ext.repro.index import refresh_indexes, write_index
-    from recbole_ext.repro.plan import CPU_FP32_MODELS, QUICK_LABEL, plan_table
+    from recbole_ext.repro.plan import QUICK_LABEL, plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from recbole_ext.config.schema import SPEED_ONLY_KEYS, without_later_keys_at_former_values
-from recbole_ext.devices import device_label
+from recbole_ext.devices import CPU_FP32_MODELS, device_label
 from recbole_ext.errors import ConfigError, DataFormatError, DatasetMissingError, UnknownNameError, did_you_mean
 from recbole_ext.repro.tables import Column, Row, Table
 
@@ -35,12 +35,6 @@ NOT_HASHED = {"output_dir", "run_name", "checkpoint_dir", "show_progress", "stat
               "dataset_save_path", "dataloaders_save_path", "worker", *SPEED_ONLY_KEYS}
 CACHE_VERSION = 1
 STATISTICS_DATA_PATH = "dataset_atomic"  # default of `recbole-ext data convert` (used when a column has no config)
-
-
-# Models that ``--bf16`` would slow down on a CPU instead of speeding up: they train in fp32 there.
-# RecBole's Caser runs its 50 convolutions 11x slower under bf16 autocast than in fp32 on an AMX CPU
-# (oneDNN's bf16 kernels at its filter shapes; docs/performance.md, "Every model's training step").
-CPU_FP32_MODELS = frozenset({"Caser"})
 
 
 @dataclass
