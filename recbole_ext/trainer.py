@@ -23,8 +23,8 @@ from recbole.utils import EvaluatorType, get_trainer
 from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
 
-from recbole_ext.compat import atomic_write_bytes
 from recbole_ext import devices
+from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.metrics import USER_RESOURCE
