@@ -139,7 +139,7 @@ def _early_stopping_state(scores: list[float]) -> tuple[int, int]:
 
 def _training_length(run_dir: Path) -> tuple[int, int, int] | None:
     """(epochs, stopping_step, eval_step) from the run's ``config.yaml``, RecBole's defaults where it
-    names none; None where it cannot be read."""
+    names none; None where it cannot be read or they are not integers."""
     from recbole_ext.config.schema import recbole_general_defaults
 
     try:
@@ -149,7 +149,8 @@ def _training_length(run_dir: Path) -> tuple[int, int, int] | None:
     if not isinstance(values, dict):
         return None
     merged = {**recbole_general_defaults(), **values}
-    return merged["epochs"], merged["stopping_step"], merged["eval_step"] or 1
+    length = merged["epochs"], merged["stopping_step"], merged["eval_step"] or 1
+    return length if all(type(value) is int for value in length) else None  # a hand-edited file: say nothing
 
 
 def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:

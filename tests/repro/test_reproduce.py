@@ -432,6 +432,9 @@ def test_progress_counts_idle_validations_as_recboles_early_stopping_does(tmp_pa
     assert execute.run_progress(tmp_path).endswith("early stopping at epoch 5 at the earliest")  # the last epoch
     (tmp_path / "config.yaml").write_text("stopping_step: 4\n")  # RecBole's defaults: every epoch validates
     assert execute.run_progress(tmp_path).endswith("early stopping at epoch 7 at the earliest")
+    for unreadable in ("stopping_step: four\n", "[not, a, mapping]\n", "stopping_step: [\n"):
+        (tmp_path / "config.yaml").write_text(unreadable)
+        assert execute.run_progress(tmp_path) == "at 4 epochs, best validation epoch 1 (0.3000)"
 
 
 def test_dry_run_names_each_run_it_would_train_and_trains_nothing(reproduction, tmp_path, monkeypatch, capsys):
