@@ -13,6 +13,7 @@ one recorded on another device or at the other training precision (``RunSpec.key
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -115,31 +116,34 @@ def run_progress(run_dir: Path) -> str:
     text = f"at {len(history)} epochs"
     validated = [entry for entry in history if "valid_score" in entry]
     if validated:
-        best, idle = _early_stopping_state([entry["valid_score"] for entry in validated])
+        settings = _early_stopping_settings(run_dir)
+        bigger = settings[-1] if settings else True
+        best, idle = _early_stopping_state([entry["valid_score"] for entry in validated], bigger)
         text += f", best validation epoch {validated[best]['epoch']} ({validated[best]['valid_score']:.4f})"
-        training = _training_length(run_dir)
-        if training is not None:
-            epochs, stopping_step, eval_step = training
-            # each further validation that does not reach the best adds one idle step; RecBole stops
-            # once they exceed stopping_step (validations every eval_step epochs, numbered from 0)
+        if settings is not None:
+            epochs, stopping_step, eval_step, _ = settings
+            # RecBole stops once idle validations exceed stopping_step; it validates every eval_step epochs
             earliest = min(validated[-1]["epoch"] + (stopping_step + 1 - idle) * eval_step, epochs - 1)
             text += f", early stopping at epoch {earliest} at the earliest"
     return text
 
 
-def _early_stopping_state(scores: list[float]) -> tuple[int, int]:
-    """(index of the best validation, idle validations since) as RecBole's ``early_stopping`` counts
-    them: a score equal to the best is a new best, so of equal scores the later one is kept."""
-    best = 0
+def _early_stopping_state(scores: list[float], bigger: bool) -> tuple[int, int]:
+    """(index of the best validation, idle validations since), counted by RecBole's own
+    ``early_stopping``: a score equal to the best is a new best, so of equal scores the later one is kept."""
+    from recbole.utils import early_stopping
+
+    best_score, idle, best = -math.inf if bigger else math.inf, 0, 0
     for index, score in enumerate(scores):
-        if score >= scores[best]:
+        best_score, idle, _, improved = early_stopping(score, best_score, idle, max_step=len(scores), bigger=bigger)
+        if improved:
             best = index
-    return best, len(scores) - 1 - best
+    return best, idle
 
 
-def _training_length(run_dir: Path) -> tuple[int, int, int] | None:
-    """(epochs, stopping_step, eval_step) from the run's ``config.yaml``, RecBole's defaults where it
-    names none; None where it cannot be read or they are not integers."""
+def _early_stopping_settings(run_dir: Path) -> tuple[int, int, int, bool] | None:
+    """(epochs, stopping_step, eval_step, valid_metric_bigger) from the run's ``config.yaml``, RecBole's
+    defaults where it names none; None where it cannot be read or they have the wrong types."""
     from recbole_ext.config.schema import recbole_general_defaults
 
     try:
@@ -149,8 +153,11 @@ def _training_length(run_dir: Path) -> tuple[int, int, int] | None:
     if not isinstance(values, dict):
         return None
     merged = {**recbole_general_defaults(), **values}
-    length = merged["epochs"], merged["stopping_step"], merged["eval_step"] or 1
-    return length if all(type(value) is int for value in length) else None  # a hand-edited file: say nothing
+    counts = merged["epochs"], merged["stopping_step"], merged["eval_step"] or 1
+    bigger = merged["valid_metric_bigger"]
+    if not all(type(value) is int for value in counts) or type(bigger) is not bool:
+        return None  # a hand-edited file: say nothing rather than guess
+    return (*counts, bigger)
 
 
 def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:

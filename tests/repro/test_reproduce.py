@@ -435,6 +435,9 @@ def test_progress_counts_idle_validations_as_recboles_early_stopping_does(tmp_pa
     for unreadable in ("stopping_step: four\n", "[not, a, mapping]\n", "stopping_step: [\n"):
         (tmp_path / "config.yaml").write_text(unreadable)
         assert execute.run_progress(tmp_path) == "at 4 epochs, best validation epoch 1 (0.3000)"
+    (tmp_path / "config.yaml").write_text("stopping_step: 4\nvalid_metric_bigger: false\n")  # e.g. a loss
+    assert execute.run_progress(tmp_path).endswith("best validation epoch 3 (0.2000), early stopping at epoch 8 at "
+                                                   "the earliest")
 
 
 def test_dry_run_names_each_run_it_would_train_and_trains_nothing(reproduction, tmp_path, monkeypatch, capsys):
