@@ -28,7 +28,7 @@ from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.metrics import USER_RESOURCE
-from recbole_ext.models.repeated_rows import candidate_scores_from_full_sort
+from recbole_ext.models.repeated_rows import candidate_fields, candidate_scores_from_full_sort
 from recbole_ext.resume import RESUME_FILE, save_resume_state
 
 
@@ -106,6 +106,7 @@ class RunTrainerMixin:
         self.scores_each_history_once: bool | None = (
             None if config["eval_type"] == EvaluatorType.RANKING
             and not getattr(model, "encodes_each_history_once", False) else False)
+        self._candidate_fields = candidate_fields(None, config)  # evaluate() adds the loader's item features
         # Compiled once; trimmed batches vary in length, which costs a few recompiles (docs/performance.md).
         compiled = "compile" in config and config["compile"]
         self.training_loss = torch.compile(model.calculate_loss) if compiled else model.calculate_loss
@@ -175,8 +176,7 @@ class RunTrainerMixin:
     def _predict_each_history_once(self, interaction):
         row_by_row = type(self.model).predict.__get__(self.model)
         try:
-            scores = candidate_scores_from_full_sort(self.model, interaction, self.config["ITEM_ID_FIELD"],
-                                                     self.config["LABEL_FIELD"])
+            scores = candidate_scores_from_full_sort(self.model, interaction, *self._candidate_fields)
         except NotImplementedError:
             self.scores_each_history_once, scores = False, None
         if scores is None:
@@ -269,6 +269,11 @@ class RunTrainerMixin:
         for name, value in zip(loss_names_of(self.model, len(losses)), losses):
             self.tensorboard.add_scalar(f"{tag}/{name}", value, epoch_idx)
         self.tensorboard.add_scalar(f"{tag}/total", sum(losses), epoch_idx)
+
+    def evaluate(self, eval_data, *args, **kwargs):
+        # The loader's dataset says which item features its sampled rows join in for the candidate.
+        self._candidate_fields = candidate_fields(getattr(eval_data, "_dataset", None), self.config)
+        return super().evaluate(eval_data, *args, **kwargs)
 
     def _valid_epoch(self, valid_data, show_progress=False):
         started = time.perf_counter()

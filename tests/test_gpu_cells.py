@@ -49,3 +49,21 @@ def test_rows_train_side_by_side_and_finished_seeds_in_the_records_are_not_train
     assert sum(name.endswith("/metrics.json") for name in names) == 3  # the runs trained here
     record = json.loads((tmp_path / "work2" / "out-sinusoidal" / "records" / f"{seed_2020}.json").read_text())
     assert record["key"] == seed_2020
+
+
+def test_serial_rows_run_one_after_another_in_the_order_given_within_one_deadline(tmp_path):
+    """SERIAL=1 (efficiency tables): each row alone, in the order named; a row the deadline
+    interrupts keeps no record, and rows after it do not start."""
+    serial = run_script(tmp_path, str(tmp_path / "a"), str(TINY_TABLE), "1", "sinusoidal", "base", "--",
+                        "--budget", "quick", SERIAL="1")
+    assert serial.returncode == 0, serial.stderr
+    done = [line for line in serial.stdout.splitlines() if line.startswith("gpu_cells: row ")]
+    assert [line.split()[2] for line in done] == ["sinusoidal", "base"]
+    assert "gpu_cells: 2 record files" in serial.stdout
+
+    cut = run_script(tmp_path, str(tmp_path / "b"), str(TINY_TABLE), "1", "base", "sinusoidal", "--",
+                     "--budget", "quick", SERIAL="1", DEADLINE="1", WORK=str(tmp_path / "work2"))
+    assert cut.returncode == 0, cut.stderr
+    assert "gpu_cells: deadline reached before row sinusoidal" in cut.stdout
+    assert "gpu_cells: 0 record files" in cut.stdout
+    assert not (tmp_path / "work2" / "sinusoidal.log").exists()

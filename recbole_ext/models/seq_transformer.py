@@ -26,7 +26,7 @@ from torch import nn
 
 from recbole_ext.config.schema import Key, in_range
 from recbole_ext.models.backbones import BACKBONE
-from recbole_ext.models.repeated_rows import consecutive_repeats
+from recbole_ext.models.repeated_rows import candidate_fields, consecutive_repeats
 from recbole_ext.models.trimming import declared_exact, trim_batch
 from recbole_ext.models.window_targets import HistoryExcludingNegatives
 from recbole_ext.nn import ATTENTION, AUX_LOSS, POSITION, AttentionContext, EncoderOutput, TransformerDims
@@ -121,7 +121,8 @@ class SeqTransformer(SequentialRecommender):
     def __init__(self, config, dataset):
         super().__init__(config, dataset)
         self.n_users = dataset.num(self.USER_ID)  # backbones with user embeddings (SSE-PT) size them by it
-        self.LABEL_FIELD = config["LABEL_FIELD"]  # sampled evaluation's rows carry it (predict ignores it)
+        # Sampled evaluation's rows carry the label and the candidate's item features (predict ignores them).
+        self.candidate_fields = candidate_fields(dataset, config)
         self.loss_type = config["loss_type"]
         self.initializer_range = config["initializer_range"]
         self.dims = TransformerDims.from_config(config, self.max_seq_length)
@@ -269,7 +270,7 @@ class SeqTransformer(SequentialRecommender):
         interaction = self.trimmed(interaction)
         # Sampled evaluation repeats a row per candidate: encode each history once, unless the
         # backbone encodes the candidate with it.
-        runs = None if self.backbone.encodes_candidate else consecutive_repeats(interaction, self.ITEM_ID, self.LABEL_FIELD)
+        runs = None if self.backbone.encodes_candidate else consecutive_repeats(interaction, *self.candidate_fields)
         if runs is None:
             representation = self.backbone.user_representation(self, interaction)
         else:

@@ -12,6 +12,7 @@ one recorded on another device or at the other training precision (``RunSpec.key
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import shutil
@@ -53,7 +54,10 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
     run_dir = run_dir_of(spec)
     resolved = resolve(spec.config_file, [], spec.values)
     cuda = torch.cuda.is_available()
-    if cuda:
+    resident = 0
+    if cuda:  # a serial table runs its cells in one process: count only what this run allocates
+        gc.collect()
+        resident = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
     result = None
     if run_dir.exists():  # a killed or failed attempt
@@ -71,7 +75,7 @@ def execute_run(spec: RunSpec, log: Callable[[str], None] = print) -> Path:
         result = run(resolved=resolved)
     measure = {"device": device_label(),  # the hardware (device and CPU model) is in metrics.json
                # peak of torch's allocator over the whole run; on CPU there is no per-run peak to read
-               "peak_gpu_mem_gb": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
+               "peak_gpu_mem_gb": (torch.cuda.max_memory_allocated() - resident) / 2 ** 30 if cuda else None}
     if resolved.values.get("bf16"):  # fp32 runs say nothing, as every run measured before --bf16
         measure["training_precision"] = BF16_PRECISION
     text = json.dumps(measure, indent=1).encode()

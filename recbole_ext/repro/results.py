@@ -6,7 +6,7 @@ printed in percent), or a measurement:
 
 - ``train_s_per_epoch`` / ``eval_s_per_epoch``: mean ``train_time_s`` / ``valid_time_s`` of
   ``history.json`` over the epochs after the first (the first is warm-up), seconds;
-- ``peak_gpu_mem_gb``: ``torch.cuda.max_memory_allocated`` over the run, GiB (CUDA only);
+- ``peak_gpu_mem_gb``: ``torch.cuda.max_memory_allocated`` over the run above what was allocated before it, GiB (CUDA only);
 - dataset statistics (``users``, ``items``, ``interactions``, ``avg_length``, ``sparsity_pct``) of the
   column's atomic files, counted as the paper printed them (``[PAD]`` included where it was).
 

@@ -37,15 +37,17 @@ def test_sampled_scores_equal_the_row_by_row_scores(in_tmp, model_name):
     backbone = {"backbone": "{type: tisasrec, missing_timestamps: positions}"} if "TiSASRec" in model_name else {}
     config = tiny_recbole_config(model_name, load_col=GENRES, hidden_size=16, inner_size=32, n_heads=2,
                                  **backbone)
-    model, _, (train_data, _, _) = build(config)
+    model, dataset, (train_data, _, _) = build(config)
     model.eval()
     rows = next(iter(train_data))[torch.arange(6)]
     repeated = rows[torch.arange(6).repeat_interleave(5)]  # each history once per candidate, as uni100
     candidates = torch.randint(1, model.n_items, (30,))
     repeated.update(Interaction({model.ITEM_ID: candidates}))
+    repeated = dataset.join(repeated)  # the candidate's item features, as RecBole's sampled loader adds them
+    assert not (repeated["class"][1:] == repeated["class"][:-1]).all()  # they vary within a history's rows
     with torch.no_grad():
         shared = model.predict(repeated)
         representation = model.backbone.user_representation(model, model.trimmed(repeated))
         row_by_row = model.backbone.score_items(model, representation, candidates)
-    assert consecutive_repeats(model.trimmed(repeated), model.ITEM_ID).first_rows.sum() == 6
+    assert consecutive_repeats(model.trimmed(repeated), *model.candidate_fields).first_rows.sum() == 6
     assert torch.allclose(shared, row_by_row, atol=1e-5, rtol=1e-5)
