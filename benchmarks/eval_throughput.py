@@ -1,6 +1,6 @@
 """Evaluation throughput (users/s): our SeqTransformer against stock RecBole SASRec.
 
-    python benchmarks/eval_throughput.py [--datasets ml-100k,fearec-beauty] [--mode full|uni100|pop100]
+    python benchmarks/eval_throughput.py [--datasets ml-100k,ml-100k-items,fearec-beauty] [--mode full|uni100|pop100]
                                          [--rounds 3] [--steps 3] [--warmup 1] [--batch 4096] [--threads N]
                                          [--variants ...] [--quick] [--json]
 
@@ -12,7 +12,8 @@ protocols): RecBole's loader repeats each user's row once per candidate, which o
 (``models/repeated_rows.py``); both draw the same negatives (same seed). Same config as
 ``train_step.py`` (RecBole's SASRec defaults, length 50), same weights (stock's initial ones,
 copied into ours), eval batch ``--batch`` users. Datasets: ``ml-100k`` (ships with RecBole) and
-``fearec-beauty`` (``dataset_atomic/``, FEARec's Beauty). Each variant runs in a fresh
+``fearec-beauty`` (``dataset_atomic/``, FEARec's Beauty); ``ml-100k-items`` is ml-100k with its item
+features loaded, whose sampled rows also differ in the candidate's features. Each variant runs in a fresh
 subprocess; variants alternate within a round (``train_step.run_rounds``):
 
 - ``stock``: RecBole as a user gets it (anomaly mode as RecBole leaves it; numpy-2 aliases only).
@@ -59,8 +60,13 @@ LEAVE_ONE_OUT = {"eval_args": {"split": {"LS": "valid_and_test"}, "order": "TO",
 EXACT_METRIC_GAP = 1e-5  # same weights, same scores: only float summation order differs
 DATASETS = {
     "ml-100k": LEAVE_ONE_OUT,
+    # ml-100k with its item features loaded: sampled evaluation's rows then also carry the
+    # candidate's features (RecBole's Dataset.join), as linrec-ml1m's carry its genre.
+    "ml-100k-items": {**LEAVE_ONE_OUT,
+                      "load_col": {"inter": ["user_id", "item_id", "timestamp"], "item": ["item_id", "class", "release_year"]}},
     "fearec-beauty": {**LEAVE_ONE_OUT, "data_path": str(ROOT / "dataset_atomic")},
 }
+RECBOLE_DATASET = {"ml-100k-items": "ml-100k"}  # the atomic files a label reads, where it is not the label
 
 
 def has_config_key(key: str) -> bool:
@@ -144,7 +150,8 @@ def worker(variant: str, args) -> dict:
         overrides["trim_padding"] = False
     recbole_model = variant.startswith("stock")
     config, (_, _, test_data), model = train_step.recbole_setup("stock" if recbole_model else variant, args,
-                                                                args.dataset, overrides, all_splits=True)
+                                                                RECBOLE_DATASET.get(args.dataset, args.dataset), overrides,
+                                                                all_splits=True)
     if variant == "stock-trainer":
         if (Path(args.scratch) / "stock_init.pt").exists():  # stock ran first: its weights
             model.load_state_dict(torch.load(Path(args.scratch) / "stock_init.pt", weights_only=True))
