@@ -9,9 +9,10 @@
 #      SERIAL=1 DEADLINE=540 RECORDS_FROM=docs/results bash scripts/gpu_cells.sh "$OUT" linrec-t4 1 \
 #          sasrec sasrec+linrec bert4rec bert4rec+linrec -- --datasets ML-1M --budget paper
 #
-# Each row runs `recbole-ext reproduce TABLE --models ROW --seeds SEEDS ...` in its own process (two CPU
-# threads each) with its own --out, a copy of RECORDS_FROM (default docs/results/ml100k) so finished
-# seeds there, from any device, are not trained again; the run cache is shared. Rows still training at
+# Each row runs `recbole-ext reproduce TABLE --models ROW --seeds SEEDS ...` in its own process (THREADS CPU
+# threads each, default 2) with its own --out, holding a copy of RECORDS_FROM/records (RECORDS_FROM
+# default docs/results/ml100k) so finished seeds there, from any device, are not trained again; the run
+# cache is shared. Rows still training at
 # DEADLINE seconds are interrupted (SIGINT): their finished seeds keep their run directories. Afterwards
 # OUT_ARCHIVE_DIR/cells.tar.gz holds every out folder and run directory without weights; copy its
 # records/*.json into the committed records folder and rebuild the table with --report-only.
@@ -38,7 +39,8 @@ for row in "${rows[@]}"; do
   left=$((end - SECONDS))
   [ "$left" -gt 0 ] || { echo "gpu_cells: deadline reached before row $row"; break; }
   rm -rf "$work/out-$row"
-  if [ -d "$records_from" ]; then cp -r "$records_from" "$work/out-$row"; else mkdir -p "$work/out-$row"; fi
+  mkdir -p "$work/out-$row"
+  [ -d "$records_from/records" ] && cp -r "$records_from/records" "$work/out-$row/"
   OMP_NUM_THREADS=${THREADS:-2} timeout -s INT "$left" "$python" -m recbole_ext.cli reproduce "$table" --models "$row" \
     --seeds "$seeds" --cache "$work/runs" --out "$work/out-$row" "$@" > "$work/$row.log" 2>&1 &
   if [ "$serial" = 1 ]; then wait; echo "gpu_cells: row $row ended at ${SECONDS}s"; fi
