@@ -21,7 +21,8 @@ from pathlib import Path
 
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.errors import ConfigError
-from recbole_ext.repro.report import CSV_FIELDS, LATER_CSV_FIELDS, SUBSTITUTED_LABEL
+from recbole_ext.repro.report import (CSV_FIELDS, INCONSISTENT_MARK, INCONSISTENT_NOTE, LATER_CSV_FIELDS,
+                                     SUBSTITUTED_LABEL)
 from recbole_ext.repro.tables import load_table, table_names
 
 INDEX_NAME = "README.md"
@@ -39,6 +40,7 @@ class IndexCell:
     compare_to: str = ""
     partial: bool = False
     data_used: str = ""  # the --use-data config, when the cell ran on other data
+    published_inconsistent: bool = False  # no single ranking gives its published values (repro/consistency.py)
 
 
 @dataclass
@@ -95,6 +97,7 @@ def _read_table_csv(path: Path) -> IndexTable:
                 continue
             cell = cells.setdefault(key, IndexCell(*key, compare_to=line["compare_to"], data_used=line["data_used"]))
             cell.partial = cell.partial or line["status"].startswith("partial")
+            cell.published_inconsistent = cell.published_inconsistent or line.get("published_consistent") == "False"
             cell.values[line["metric"]] = tuple(_float(line[f], path, line_number, f)
                                                 for f in ("ours_mean", "published", "rel_diff"))
             if line["direction_holds"] in ("True", "False"):
@@ -172,11 +175,15 @@ def render_index(tables: list[IndexTable], out_dir: Path, subfolders: list[str] 
         header = ["dataset", "row", *metrics] + (["direction"] if has_claims else [])
         out.write("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n")
         for cell in table.cells:
-            row = cell.row + (" (some seeds)" if cell.partial else "")
+            row = cell.row + (" (some seeds)" if cell.partial else "") + (
+                f" {INCONSISTENT_MARK}" if cell.published_inconsistent else "")
             values = [_value_text(cell.values.get(metric), digits[metric]) for metric in metrics]
             dataset = cell.dataset + (f" (data: {cell.data_used}; *{SUBSTITUTED_LABEL}*)" if cell.data_used else "")
             out.write("| " + " | ".join([dataset, row, *values]
                                         + ([_direction_text(cell)] if has_claims else [])) + " |\n")
+        if any(cell.published_inconsistent for cell in table.cells):
+            out.write(f"\n{INCONSISTENT_MARK} {INCONSISTENT_NOTE[0].upper()}{INCONSISTENT_NOTE[1:]} "
+                      f"([table]({table.name}.md) says which values conflict).\n")
     return out.getvalue()
 
 

@@ -12,12 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.compat import atomic_write_bytes
+from recbole_ext.repro.consistency import checked_metrics, published_inconsistencies
 from recbole_ext.repro.plan import QUICK_LABEL
 from recbole_ext.repro.records import BF16_PRECISION, FP32_PRECISION
 from recbole_ext.repro.results import Line
 from recbole_ext.repro.tables import Table
 
 SUBSTITUTED_LABEL = "substituted data — not a reproduction"
+INCONSISTENT_MARK = "†"  # after a row whose published values no single ranking gives (repro/consistency.py)
+INCONSISTENT_NOTE = ("no single ranking of one held-out item per user gives all the published values of the cell "
+                     "(each within half a unit of its last printed digit), so they cannot all come from one "
+                     "evaluation of one model: they may be each metric's best over epochs or runs, or hold a typo")
 
 
 @dataclass
@@ -128,6 +133,7 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     out.write("\nDifferences are ours − published; *direction* compares the sign of (row − compared row) "
               "in the paper and in ours; p: Welch's t-test of the row's seeds against the compared row's "
               "(given from two seeds a side), below 0.05 when our difference is unlikely to be seed noise.\n")
+    inconsistent = {cell: found for cell, found in published_inconsistencies(table).items() if found}
     for column in dict.fromkeys(l.column for l in lines):
         column_lines = [l for l in lines if l.column == column]
         substituted = next((l.data_label for l in column_lines if l.data_label), "")
@@ -137,9 +143,18 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
                   "direction holds | status |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for line in column_lines:
             status = f"{line.status} ({line.reason})" if line.status in ("done", "partial") and line.reason else line.status
-            out.write(f"| {line.row_label} | {line.metric.label} | {_num(line.published, digits)} | {_ours(line, digits)} "
+            mark = f" {INCONSISTENT_MARK}" if (line.row_id, line.column) in inconsistent else ""
+            out.write(f"| {line.row_label}{mark} | {line.metric.label} | {_num(line.published, digits)} | {_ours(line, digits)} "
                       f"| {_num(line.abs_diff, digits)} | {_pct(line.rel_diff)} | {line.compare_to or ''} "
                       f"| {_pct(line.published_gain)} | {_pct(line.ours_gain)} | {_holds(line)} | {status} |\n")
+    shown = {(l.row_id, l.column) for l in lines}
+    flagged = [(row_id, column, found) for (row_id, column), found in inconsistent.items() if (row_id, column) in shown]
+    if flagged:
+        out.write(f"\n## Published values no single ranking gives ({INCONSISTENT_MARK})\n\n"
+                  f"For each cell below, {INCONSISTENT_NOTE}. A gap to such a cell says less "
+                  f"than a gap to the others.\n\n")
+        for row_id, column, found in flagged:
+            out.write(f"- {column} / {table.row(row_id).label}: {found.describe(digits)}\n")
     skipped = {(l.column, l.row_label): (l.status, l.reason) for l in lines if l.status not in ("done", "partial")}
     if skipped:
         out.write("\n## Cells not reproduced\n\n")
@@ -151,12 +166,15 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
 
 CSV_FIELDS = ["table", "budget", "label", "dataset", "data_used", "row", "row_label", "metric", "metric_key",
               "published", "ours_mean", "ours_std", "n_seeds", "abs_diff", "rel_diff", "compare_to",
-              "published_gain", "ours_gain", "direction_holds", "status", "reason", "p_value"]
+              "published_gain", "ours_gain", "direction_holds", "status", "reason", "p_value",
+              "published_consistent"]
 # columns added after tables were committed: a reader of older CSVs does without them
-LATER_CSV_FIELDS = ("p_value",)
+LATER_CSV_FIELDS = ("p_value", "published_consistent")
 
 
 def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> None:
+    checks = published_inconsistencies(table)  # (row, column) -> None where consistent
+    checked = {metric.key for metric in checked_metrics(table)}
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
@@ -169,6 +187,8 @@ def write_csv(table: Table, lines: list[Line], info: RunInfo, path: Path) -> Non
             "rel_diff": line.rel_diff, "compare_to": line.compare_to or "", "published_gain": line.published_gain,
             "ours_gain": line.ours_gain, "direction_holds": line.direction_holds, "status": line.status,
             "reason": line.reason, "p_value": line.p_value,
+            "published_consistent": (checks[line.row_id, line.column] is None
+                                     if line.metric.key in checked and (line.row_id, line.column) in checks else ""),
         })
     text = out.getvalue()
     atomic_write_bytes(path, lambda handle: handle.write(text.encode()))

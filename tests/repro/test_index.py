@@ -121,8 +121,8 @@ def test_index_counts_the_signs_that_pass_welchs_test_and_reads_csvs_written_bef
     assert "yes (2/2) vs sasrec; p < 0.05 on 1/2 |" in write_index(tmp_path).read_text()
 
     rows = (tmp_path / "denoiser-t2.csv").read_text().splitlines()  # as written before the p_value column
-    assert rows[0].endswith(",p_value")
-    (tmp_path / "denoiser-t2.csv").write_text("\n".join(row.rsplit(",", 1)[0] for row in rows) + "\n")
+    assert rows[0].endswith(",p_value,published_consistent")
+    (tmp_path / "denoiser-t2.csv").write_text("\n".join(row.rsplit(",", 2)[0] for row in rows) + "\n")
     text = write_index(tmp_path).read_text()
     assert "yes (2/2) vs sasrec |" in text
 
