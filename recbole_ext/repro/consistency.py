@@ -98,6 +98,8 @@ def _bounds(constraints, objective=None, sense: float = 1.0):
     result = linprog(cost, A_ub=np.vstack(rows), b_ub=np.array(limits), bounds=(0, None), method="highs")
     if result.status == 2:  # infeasible
         return None
+    if result.status != 0:  # the solver gave up (never seen on these sizes): accuse no one
+        return 0.0 if objective is None else float("nan")
     return 0.0 if objective is None else sense * result.fun
 
 
