@@ -110,8 +110,10 @@ def command_list(args) -> int:
     half-trained one got."""
     from recbole_ext.devices import device_label
     from recbole_ext.repro.execute import finished_runs, half_trained
+    from recbole_ext.repro.consistency import published_inconsistencies
     from recbole_ext.repro.plan import plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
+    from recbole_ext.repro.report import INCONSISTENT_MARK
     from recbole_ext.repro.tables import all_tables, load_table
 
     runs_dir, records = cache_dir(args), records_dir(args.out)
@@ -121,6 +123,7 @@ def command_list(args) -> int:
         cells = plan_table(table, runs_dir, args.datasets, args.models, args.seeds, args.budget,
                            _use_data(args.use_data), **devices)
         print(f"{table.name}: {table.paper} {table.title} ({table.source})")
+        conflicts = published_inconsistencies(table)
         for cell in cells:
             reason = f": {cell.reason}" if cell.reason else ""
             done = f" ({finished_runs(cell, records)}/{len(cell.runs)} runs finished)" if cell.runs else ""
@@ -130,7 +133,9 @@ def command_list(args) -> int:
             if other_setting:
                 done = (f"{done[:-1]}; unfinished under another setting, which a rerun with that setting resumes: "
                         f"{'; '.join(other_setting)})")
-            print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{done}{reason}")
+            conflict = conflicts.get((cell.row.id, cell.column.label))
+            flagged = f"; {INCONSISTENT_MARK} published: {conflict.describe()}" if conflict else ""
+            print(f"  {cell.column.label:<14} {cell.row.label:<28} {cell.state}{done}{reason}{flagged}")
         return 0
     memo: dict = {}  # each dataset's files are checked once for all tables
     for table in all_tables():

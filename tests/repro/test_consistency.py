@@ -105,3 +105,12 @@ def test_reports_mark_the_cells_and_say_what_conflicts(tmp_path):
     index = write_index(tmp_path).read_text()
     assert "| Beauty | SASRec † |" in index and "| Beauty | FEARec |" in index
     assert "† No single ranking of one held-out item per user gives all the published values" in index
+
+
+def test_list_names_the_published_cells_no_ranking_gives(capsys):
+    from recbole_ext.cli import main
+
+    assert main(["reproduce", "--list", "fearec-t2", "--datasets", "Beauty"]) == 0
+    lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "† published: given HR@5, HR@10, NDCG@5 as printed, NDCG@10 can only lie in [0.03109" in lines["SASRec"]
+    assert "†" not in lines["FEARec"]
