@@ -109,8 +109,8 @@ def command_list(args) -> int:
     their ``--seeds`` runs are finished in the cache or recorded under ``--out``, and how far each
     half-trained one got."""
     from recbole_ext.devices import device_label
-    from recbole_ext.repro.execute import finished_runs, half_trained
     from recbole_ext.repro.consistency import published_inconsistencies
+    from recbole_ext.repro.execute import finished_runs, half_trained
     from recbole_ext.repro.plan import plan_table
     from recbole_ext.repro.records import recorded_devices, records_dir
     from recbole_ext.repro.report import INCONSISTENT_MARK
