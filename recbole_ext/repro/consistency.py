@@ -10,8 +10,9 @@ digit (the YAML drops trailing zeros, which only widens that margin).
 
 Where no ``p`` exists, the values cannot come from one model evaluated once: they may be the best
 of each metric over epochs or runs, or a typo. For FEARec's Table 2 this flags 11 of the 40
-published cells (e.g. its SASRec row on Beauty, taken from DuoRec's paper: its NDCG@10 is below
-what its HR@5, HR@10 and NDCG@5 allow). Such a cell is still compared, but a gap to it says less.
+published cells. One is its SASRec row on Beauty, which the spec infers was copied from DuoRec's
+paper: its NDCG@10 is below what its HR@5, HR@10 and NDCG@5 allow. Such a cell is still
+compared, but a gap to it says less.
 
 The check needs only the table file, so every report carries it, whatever was trained.
 """
