@@ -52,6 +52,11 @@ class Conflict:
                 f"the paper prints {self.printed:.{digits}f}")
 
 
+def is_rank_metric(key: str) -> bool:
+    """Whether ``key`` (RecBole's lower-case metric name) is a cut-off ranking metric checked here."""
+    return _RANK_METRIC.fullmatch(key) is not None
+
+
 def rank_weights(key: str, depth: int) -> np.ndarray | None:
     """What a user whose item is ranked r = 1..depth adds to the metric ``key`` (RecBole's
     lower-case name, e.g. ``ndcg@10``), with one relevant item; None for anything else."""
@@ -76,7 +81,7 @@ def checked_metrics(table: Table) -> list[Metric]:
     """The table's metrics that are ranking metrics of one held-out item."""
     if not checkable(table):
         return []
-    return [m for m in table.metrics if rank_weights(m.key, 1) is not None]
+    return [m for m in table.metrics if is_rank_metric(m.key)]
 
 
 def _half_unit(value: float) -> float:
@@ -108,7 +113,7 @@ def smallest_conflict(printed: list[tuple[str, str, float]], scale: float = 1.0)
     """``printed``: (label, metric key, value) of one evaluation, values ``scale`` times the
     fraction (100: percent). None when some ranking gives them all; else the smallest set of them
     that no ranking gives, the last of that set bounded by the others."""
-    printed = [(label, key, value) for label, key, value in printed if rank_weights(key, 1) is not None]
+    printed = [(label, key, value) for label, key, value in printed if is_rank_metric(key)]
     if not printed:
         return None
     depth = max(int(_RANK_METRIC.fullmatch(key).group(2)) for _, key, _ in printed)
