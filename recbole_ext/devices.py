@@ -12,7 +12,8 @@ import os
 # Models that bf16 autocast slows down on a CPU instead of speeding up. RecBole's Caser runs its 50
 # convolutions 11x slower under bf16 autocast than in fp32 on an AMX CPU (oneDNN's bf16 kernels at
 # its filter shapes; docs/performance.md, "Every model's training step"). ``reproduce --bf16`` trains
-# them in fp32 there; a run that asks for bf16 itself gets a warning.
+# them in fp32 there; a run that asks for bf16 itself gets a warning. ``CaserExt``, the same model as
+# matrix products, gains from bf16 like the attention models and is not listed.
 CPU_FP32_MODELS = frozenset({"Caser"})
 
 

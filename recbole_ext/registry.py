@@ -40,6 +40,7 @@ BUILTIN_MODELS = {
     "DMINPos": "recbole_ext.models.dmin:DMINPos",
     "DuoRecExt": "recbole_ext.models.fearec:DuoRecExt",
     "FEARecExt": "recbole_ext.models.fearec:FEARecExt",
+    "CaserExt": "recbole_ext.models.caser:CaserExt",
 }
 
 RECBOLE_MODEL_PACKAGES = (
