@@ -21,8 +21,8 @@ def recbole_horizontal_features(item_seq_emb, convs):
     return torch.cat(pooled, dim=1)
 
 
-@pytest.mark.parametrize("length, heights_per_product", [(7, 3), (12, 10), (5, 1), (6, 6), (4, 10)])
-def test_grouped_products_give_every_height_s_features_and_gradients(length, heights_per_product):
+@pytest.mark.parametrize("length, heights_per_convolution", [(7, 3), (12, 10), (5, 1), (6, 6), (4, 10)])
+def test_grouped_convolutions_give_every_height_s_features_and_gradients(length, heights_per_convolution):
     """Groups that split the heights unevenly, one height per group and one group for all: the same
     features and the same gradients for the embeddings and every filter as a convolution per height."""
     torch.manual_seed(0)
@@ -36,7 +36,7 @@ def test_grouped_products_give_every_height_s_features_and_gradients(length, hei
     expected_grads = [embeddings.grad.clone()] + [p.grad.clone() for p in convs.parameters()]
     embeddings.grad = None
     convs.zero_grad()
-    got = horizontal_features(embeddings, convs, heights_per_product)
+    got = horizontal_features(embeddings, convs, heights_per_convolution)
     (got * weights).sum().backward()
     grads = [embeddings.grad] + [p.grad for p in convs.parameters()]
 
@@ -56,7 +56,7 @@ def test_a_window_reaching_past_the_sequence_never_wins_the_max():
             conv.weight.fill_(-1.0)
             conv.bias.fill_(1.0)
     embeddings = torch.ones(1, length, dim)  # a real window of height h sums to 1 − 2h < 0
-    assert horizontal_features(embeddings, convs, heights_per_product=4).abs().max() == 0
+    assert horizontal_features(embeddings, convs, heights_per_convolution=4).abs().max() == 0
 
 
 def test_caserext_trains_and_scores_as_recbole_caser_from_the_same_weights(in_tmp):
