@@ -17,6 +17,20 @@ import os
 CPU_FP32_MODELS = frozenset({"Caser"})
 
 
+def cpu_lacks_bf16_kernels() -> bool:
+    """True on a CPU for which oneDNN has no bf16 kernels (it needs AVX-512 or Arm's bf16). PyTorch
+    then runs every bf16 matrix product through its reference loops, and bf16 autocast makes
+    training many times slower instead of faster: on a 2-core AVX2 EPYC the bf16 GEMMs of
+    ``benchmarks/matmul_peak.py`` ran at a few percent of fp32's speed
+    (``benchmarks/results/matmul_peak_avx2.json``, docs/performance.md)."""
+    import torch
+
+    try:
+        return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    except (AttributeError, RuntimeError):  # a build without oneDNN's probe: assume the kernels exist
+        return False
+
+
 def device_label(device=None) -> str:
     """The label of ``device`` (a ``torch.device`` or its string); by default, the device a run here
     would use: the first visible GPU, else the CPU."""

@@ -92,9 +92,14 @@ class RunTrainerMixin:
     def __init__(self, config, model, run_dir: Path | None = None):
         super().__init__(config, model)
         self.bf16 = bool(config["bf16"]) if "bf16" in config else False
-        if self.bf16 and torch.device(self.device).type == "cpu" and type(model).__name__ in devices.CPU_FP32_MODELS:
-            self.logger.warning(f"bf16=true: bfloat16 autocast slows {type(model).__name__} down on a CPU instead of "
-                                f"speeding it up (docs/performance.md); bf16=false trains it faster")
+        if self.bf16 and torch.device(self.device).type == "cpu":
+            if devices.cpu_lacks_bf16_kernels():
+                self.logger.warning("bf16=true: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512), so bfloat16 "
+                                    "autocast trains many times slower than fp32 here (docs/performance.md); "
+                                    "bf16=false trains faster")
+            elif type(model).__name__ in devices.CPU_FP32_MODELS:
+                self.logger.warning(f"bf16=true: bfloat16 autocast slows {type(model).__name__} down on a CPU instead of "
+                                    f"speeding it up (docs/performance.md); bf16=false trains it faster")
         self.length_bucketing = int(config["length_bucketing"] or 0) if "length_bucketing" in config else 0
         self.run_dir = Path(run_dir) if run_dir is not None else None
         # checked at resolve time: sequential model, full-sort evaluation

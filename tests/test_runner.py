@@ -92,12 +92,24 @@ def test_bf16_on_a_model_it_slows_on_a_cpu_warns_in_the_runs_log(in_tmp, monkeyp
     gets it, with a warning that says why it is slow."""
     from recbole_ext import devices
 
+    monkeypatch.setattr(devices, "cpu_lacks_bf16_kernels", lambda: False)  # as on an AVX-512 CPU
     result = run(TINY_CONFIG, ["epochs=1", "bf16=true"])
-    assert "autocast slows" not in (result.run_dir / "run.log").read_text()
+    assert "bf16=true" not in (result.run_dir / "run.log").read_text()
     monkeypatch.setattr(devices, "CPU_FP32_MODELS", frozenset({"SeqTransformer"}))  # the tiny config's model
     result = run(TINY_CONFIG, ["epochs=1", "bf16=true"])
     assert ("bf16=true: bfloat16 autocast slows SeqTransformer down on a CPU instead of speeding it up "
             "(docs/performance.md); bf16=false trains it faster") in (result.run_dir / "run.log").read_text()
+
+
+def test_bf16_on_a_cpu_without_bf16_kernels_warns_in_the_runs_log(in_tmp, monkeypatch):
+    """On an AVX2 CPU bf16 autocast runs the reference GEMM loops: the run goes ahead, and says so."""
+    from recbole_ext import devices
+
+    monkeypatch.setattr(devices, "cpu_lacks_bf16_kernels", lambda: True)
+    log = (run(TINY_CONFIG, ["epochs=1", "bf16=true"]).run_dir / "run.log").read_text()
+    assert "bf16=true: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512)" in log
+    log = (run(TINY_CONFIG, ["epochs=1"]).run_dir / "run.log").read_text()
+    assert "bf16 matrix kernels" not in log
 
 
 def test_existing_run_directory_is_never_overwritten(in_tmp):

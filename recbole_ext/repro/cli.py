@@ -35,8 +35,9 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument("--cache", help="run cache: one run directory per config hash (default: OUT/runs)")
     parser.add_argument("--bf16", action="store_true",
                         help="train the runs it starts under bf16 autocast (evaluation stays fp32): steps 1.8x "
-                             "faster on CPUs with AMX (docs/performance.md: metrics within seed noise); runs "
-                             "finished at either precision fill the other's cells, labelled")
+                             "faster on CPUs with AMX (docs/performance.md: metrics within seed noise), refused on CPUs "
+                             "without AVX-512, where bf16 is many times slower; runs finished at either precision "
+                             "fill the other's cells, labelled")
     parser.add_argument("--index", action="store_true",
                         help="only rewrite OUT/README.md, every table under --out on one page, ours beside "
                              "published (reproduce also rewrites it after each table it writes)")
@@ -146,6 +147,22 @@ def command_list(args) -> int:
     return 0
 
 
+def refuse_bf16_without_kernels(args, device: str, cells, records) -> None:
+    """``--bf16`` trains many times slower than fp32 on a CPU without oneDNN's bf16 kernels
+    (``devices.cpu_lacks_bf16_kernels``): a paper-budget cell would take days instead of hours, so
+    this stops before training rather than warning in a log. Runs on a Ray cluster use its CPUs."""
+    from recbole_ext import devices
+    from recbole_ext.repro.execute import pending_runs
+
+    if not (args.bf16 and device == "cpu" and not args.address and devices.cpu_lacks_bf16_kernels()):
+        return
+    todo, _ = pending_runs(cells, records)
+    if todo:
+        raise ConfigError(f"--bf16: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512), so bf16 autocast "
+                          f"would make the {len(todo)} run(s) to train many times slower than fp32 "
+                          f"(docs/performance.md); run without --bf16")
+
+
 def command_reproduce(args) -> int:
     from recbole_ext.devices import CPU_FP32_MODELS, device_label, hardware_label
     from recbole_ext.repro.execute import (Progress, execute_cells, pending_runs, record_finished_runs, run_dir_of,
@@ -194,6 +211,7 @@ def command_reproduce(args) -> int:
         progress = Progress(total=len(todo) + cached, cached=cached)
         print(f"{cached} run(s) cached; {len(todo)} not run (--report-only)")
     else:
+        refuse_bf16_without_kernels(args, device, cells, records)
         progress = execute_cells(cells, records, args.parallel, args.address)
     record_finished_runs(cells, records)
     collected = collect(table, cells, records)

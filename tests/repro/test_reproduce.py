@@ -322,8 +322,11 @@ def test_records_trained_on_another_device_stand_in_and_say_where(reproduction, 
 def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction, tmp_path, monkeypatch):
     """``--bf16`` trains under autocast, under keys of their own; a table at either precision takes
     the other's finished runs (labelled beside each) instead of training them again."""
+    from recbole_ext import devices
     from recbole_ext.repro.plan import plan_table
     from recbole_ext.repro.tables import load_table
+
+    monkeypatch.setattr(devices, "cpu_lacks_bf16_kernels", lambda: False)  # as on an AVX-512 CPU
 
     out = reproduction["out"]
     table = load_table(reproduction["argv"][1])
@@ -372,6 +375,22 @@ def test_bf16_runs_and_fp32_runs_stand_in_for_each_other_and_say_so(reproduction
         assert main([*argv(other)[:-4], "--models", "base", "--cache", str(bf16_out / "runs")]) == 0
     assert "| done (trained on cpu with bf16 autocast) |" in (other / "tiny_table.quick.md").read_text()
     assert [p.name for p in (other / "records").iterdir()] == [f"{run_dir.name}.json"]
+
+
+def test_bf16_on_a_cpu_without_bf16_kernels_stops_before_training(reproduction, tmp_path, monkeypatch, capsys):
+    """Nothing trains and the error says why; with every run cached, --bf16 trains nothing and passes."""
+    from recbole_ext import devices
+
+    monkeypatch.setattr(devices, "cpu_lacks_bf16_kernels", lambda: True)
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    argv = [*reproduction["argv"][:-6], "--out", str(tmp_path / "new"), *reproduction["argv"][-4:], "--bf16"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--bf16: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512), so bf16 autocast would make the 2 "
+        "run(s) to train many times slower than fp32 (docs/performance.md); run without --bf16")
+    assert not (tmp_path / "new" / "runs").exists()
+    shutil.copytree(reproduction["out"] / "records", tmp_path / "cached" / "records")
+    assert main([*argv[:-7], "--out", str(tmp_path / "cached"), *argv[-5:]]) == 0
 
 
 def test_a_serial_run_announces_the_log_that_follows_its_epochs(tmp_path, monkeypatch):
