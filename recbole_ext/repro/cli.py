@@ -157,6 +157,7 @@ def refuse_bf16_without_kernels(args, device: str, cells, records) -> None:
     if not (args.bf16 and device == "cpu" and not args.address and devices.cpu_lacks_bf16_kernels()):
         return
     todo, _ = pending_runs(cells, records)
+    todo = [spec for spec in todo if spec.values.get("bf16")]  # not the CPU_FP32_MODELS rows, which stay fp32
     if todo:
         raise ConfigError(f"--bf16: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512), so bf16 autocast "
                           f"would make the {len(todo)} run(s) to train many times slower than fp32 "
