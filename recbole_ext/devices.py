@@ -51,17 +51,31 @@ def as_device_label(recorded: str) -> str:
     return recorded if recorded == "cpu" or recorded.startswith("cuda:") else f"cuda:{recorded}"
 
 
+def cpu_vector_isa(flags: set[str]) -> str:
+    """The widest matrix or vector instructions among a CPU's ``/proc/cpuinfo`` flags: ``AMX``,
+    ``AVX-512``, ``AVX2`` or none. Two VMs that both report "AMD EPYC" can differ tenfold in bf16
+    speed by these alone (``cpu_lacks_bf16_kernels``), so timings name them."""
+    for name, flag in (("AMX", "amx_bf16"), ("AVX-512", "avx512f"), ("AVX2", "avx2")):
+        if flag in flags:
+            return name
+    return ""
+
+
 def hardware_label(device=None) -> str:
-    """The device and the CPU model, e.g. ``cpu; CPU AMD EPYC (2 logical cores)``: what a run's
-    ``metrics.json`` and its reproduction record say it trained on, and what a table's header names.
-    Not part of cache keys (two CPU models share the ``cpu`` label): timings differ between them,
-    metrics do not."""
+    """The device, the CPU model and its widest vector instructions, e.g. ``cpu; CPU AMD EPYC
+    (2 logical cores, AVX2)``: what a run's ``metrics.json`` and its reproduction record say it
+    trained on, and what a table's header names. Not part of cache keys (two CPU models share the
+    ``cpu`` label): timings differ between them, metrics do not."""
     import platform
 
-    cpu = platform.processor() or platform.machine()
+    fields = {}  # the first processor's lines: every processor of a machine has the same
     try:
         with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+            for line in handle:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return f"{device_label(device)}; CPU {cpu} ({os.cpu_count()} logical cores)"
+    cpu = fields.get("model name") or platform.processor() or platform.machine()
+    isa = cpu_vector_isa(set(fields.get("flags", "").split()))
+    return f"{device_label(device)}; CPU {cpu} ({os.cpu_count()} logical cores{', ' + isa if isa else ''})"

@@ -14,13 +14,14 @@ The key hashes the device too (``devices.device_label``), so a record also names
 record trained elsewhere (cells run on a lent GPU, their records committed) stands in for the same
 config on this machine: ``recorded_devices`` lists the devices in a records directory, the plan
 computes each run's key there (``RunSpec.keys_elsewhere``) and ``find_record`` takes this device's
-record first. Records written before the field existed were all trained on CPU. A record also
-names its ``hardware`` (device and CPU model, ``devices.hardware_label``): a table's header lists
-what its runs trained on, whichever machine rewrote it, and timings are averaged per CPU model too
-(``results``). The records committed before 2026-11-27 had it filled in from the headers of the
-tables their sessions wrote (AMD EPYC, 2 logical cores; the lent H200's CPU was not recorded). Training precision
-works the same way: a run trained under ``reproduce --bf16`` has a key of its own, and records at
-either precision stand in for the other's (``plan.stand_in_keys``).
+record first. Records written before the field existed were all trained on CPU. A record also names
+its ``hardware`` (device, CPU model and, since 2026-11-29, its widest vector instructions:
+``devices.hardware_label``): a table's header lists what its runs trained on, whichever machine
+rewrote it, and timings are averaged per CPU model too (``results``). The records committed before
+2026-11-27 had it filled in from the headers of the tables their sessions wrote (AMD EPYC, 2 logical
+cores; the lent H200's CPU was not recorded). Training precision works the same way: a run trained
+under ``reproduce --bf16`` has a key of its own, and records at either precision stand in for the
+other's (``plan.stand_in_keys``).
 """
 from __future__ import annotations
 
