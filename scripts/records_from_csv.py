@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             "source": f"imported from {source} by scripts/records_from_csv.py: the run directory was lost; "
                       "the key assumes today's config and atomic files",
             "test": test, "timing": {k: v for k, v in shown.items() if k in TIMING_KEYS},
-            "peak_gpu_mem_gb": shown.get("peak_gpu_mem_gb"), "metrics": {}})
+            "peak_gpu_mem_gb": shown.get("peak_gpu_mem_gb"), "metrics": {}, "data": cell.runs[0].data})
         written += 1
         print(f"{cell.column.label}/{cell.row.label}: record {key} ({', '.join(f'{k}={v:.4f}' for k, v in test.items())})")
     print(f"{written} record(s) written to {records}")

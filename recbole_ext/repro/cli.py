@@ -65,16 +65,29 @@ def _state_counts(cells) -> str:
     return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
 
 
+def recorded_settings(records: Path) -> dict:
+    """What the records in ``records`` tell the plan: the devices they trained on and the atomic
+    files they trained on (``plan.plan_table``'s ``other_devices`` and ``recorded_data``)."""
+    from recbole_ext.repro.records import recorded_data, recorded_devices
+
+    return {"other_devices": recorded_devices(records), "recorded_data": recorded_data(records)}
+
+
 def print_skips(cells, stream=None) -> None:
     """One line per reason (cells of one dataset missing the same files share a line)."""
     by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in cells:
-        if cell.state in ("pending", "missing-data", "error"):
-            key = (cell.state, cell.reason if cell.state != "missing-data" else f"{cell.column.label}: {cell.reason}")
+        if cell.state in ("pending", "missing-data", "error", "records-only"):
+            key = (cell.state, cell.reason if cell.state not in ("missing-data", "records-only")
+                   else f"{cell.column.label}: {cell.reason}")
             by_reason[key].append(f"{cell.column.label}/{cell.row.label}")
     for (state, reason), where in by_reason.items():
         cells_text = where[0] if len(where) == 1 else f"{len(where)} cells"
-        print(f"skip ({state}, {cells_text}): {reason}", file=stream or sys.stdout)
+        if state == "records-only":
+            print(f"records only ({cells_text}, none trained here; the recorded runs are reported): {reason}",
+                  file=stream or sys.stdout)
+        else:
+            print(f"skip ({state}, {cells_text}): {reason}", file=stream or sys.stdout)
 
 
 def cache_dir(args) -> Path:
@@ -113,12 +126,12 @@ def command_list(args) -> int:
     from recbole_ext.repro.consistency import published_inconsistencies
     from recbole_ext.repro.execute import finished_runs, half_trained
     from recbole_ext.repro.plan import plan_table
-    from recbole_ext.repro.records import recorded_devices, records_dir
+    from recbole_ext.repro.records import records_dir
     from recbole_ext.repro.report import INCONSISTENT_MARK
     from recbole_ext.repro.tables import all_tables, load_table
 
     runs_dir, records = cache_dir(args), records_dir(args.out)
-    devices = {"device": device_label(), "other_devices": recorded_devices(records), "bf16": args.bf16}
+    devices = {"device": device_label(), **recorded_settings(records), "bf16": args.bf16}
     if args.table:
         table = load_table(args.table)
         cells = plan_table(table, runs_dir, args.datasets, args.models, args.seeds, args.budget,
@@ -170,7 +183,7 @@ def command_reproduce(args) -> int:
                                            run_progress)
     from recbole_ext.repro.index import refresh_indexes, write_index
     from recbole_ext.repro.plan import QUICK_LABEL, plan_table
-    from recbole_ext.repro.records import recorded_devices, records_dir
+    from recbole_ext.repro.records import records_dir
     from recbole_ext.repro.report import RunInfo, write_reports
     from recbole_ext.repro.results import collect
     from recbole_ext.repro.tables import load_table
@@ -191,7 +204,7 @@ def command_reproduce(args) -> int:
     device = device_label()
     records = records_dir(out)
     cells = plan_table(table, cache_dir(args), args.datasets, args.models, args.seeds, args.budget,
-                       _use_data(args.use_data), device, other_devices=recorded_devices(records), bf16=args.bf16)
+                       _use_data(args.use_data), device, bf16=args.bf16, **recorded_settings(records))
     if args.budget == "quick":
         print(f"note: {QUICK_LABEL}")
     fp32_rows = args.bf16 and sorted({cell.row.label for cell in cells if cell.runs and not cell.runs[0].values.get("bf16")})

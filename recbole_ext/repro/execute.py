@@ -26,7 +26,8 @@ import yaml
 from recbole_ext.devices import device_label
 from recbole_ext.errors import RecboleExtError
 from recbole_ext.repro.plan import Cell, RunSpec
-from recbole_ext.repro.records import BF16_PRECISION, MEASURE_FILE, find_record, record_of_run, write_record
+from recbole_ext.repro.records import (BF16_PRECISION, MEASURE_FILE, find_record, read_record, record_of_run,
+                                      write_record)
 
 
 def run_dir_of(spec: RunSpec, key: str | None = None) -> Path:
@@ -185,25 +186,32 @@ def half_trained(cell: Cell, records: Path) -> tuple[list[str], list[str]]:
 
 def pending_runs(cells: list[Cell], records: Path) -> tuple[list[RunSpec], int]:
     """Runs of runnable cells that are not finished yet (deduplicated), and how many are cached
-    (a finished run directory or a record in ``records``)."""
+    (a finished run directory or a record in ``records``). A records-only cell's runs count when
+    cached and are never to run: its atomic files are not here."""
     todo: dict[str, RunSpec] = {}
     cached = set()
     for cell in cells:
         for spec in cell.runs:
             if is_cached(spec, records):
                 cached.add(spec.key)
-            else:
+            elif cell.state == "runnable":
                 todo.setdefault(spec.key, spec)
     return list(todo.values()), len(cached)
 
 
 def record_finished_runs(cells: list[Cell], records: Path) -> None:
     """(Re)write the record of every finished run directory of ``cells``, under any of its keys (the
-    directory is the source)."""
+    directory is the source), and give a record written before records kept their atomic files'
+    fingerprint the one its key was found with (``records.recorded_data`` reads it)."""
     for cell in cells:
         for spec in cell.runs:
-            for key, run_dir in finished_run_dirs(spec).items():
-                write_record(records, record_of_run(key, run_dir))
+            run_dirs = finished_run_dirs(spec)
+            for key, run_dir in run_dirs.items():
+                write_record(records, record_of_run(key, run_dir, spec.data))
+            for key in spec.keys():
+                record = None if key in run_dirs or spec.data is None else read_record(records, key)
+                if record is not None and "data" not in record:
+                    write_record(records, {**record, "data": spec.data})
 
 
 def execute_cells(cells: list[Cell], records: Path, parallel: int = 0, address: str | None = None,
@@ -222,7 +230,7 @@ def execute_cells(cells: list[Cell], records: Path, parallel: int = 0, address: 
     for spec, error in outcomes:
         if error is None:
             progress.ran += 1
-            write_record(records, record_of_run(spec.key, run_dir_of(spec)))
+            write_record(records, record_of_run(spec.key, run_dir_of(spec), spec.data))
         else:
             progress.failed += 1
             log(f"run {spec.key} ({spec.describe()}) failed: {error}")

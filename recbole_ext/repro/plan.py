@@ -4,7 +4,10 @@ A run is a resolved config, built like a user's ``recbole-ext run`` config: the 
 config (``configs/datasets/<preset>.yaml``), then the table's ``training`` values (the paper
 budget), the column's and the row's ``set`` values, the seed, and for ``--budget quick`` the
 smoke-test cuts of :data:`QUICK`. A cell is *pending* when its model or one of its parts is not
-registered yet, *missing data* when its atomic files are not on disk, *runnable* otherwise.
+registered yet, *missing data* when its atomic files are not on disk, *runnable* otherwise. A
+cell whose atomic files are missing here but whose dataset the records were trained on is
+*records-only*: its runs' keys are computed from the recorded files' fingerprint
+(``records.recorded_data``), so finished runs are reported and none is trained.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ class RunSpec:
     # (a lent GPU). Labels read "cuda:NAME", "cpu with bf16 autocast", "cuda:NAME in fp32".
     keys_elsewhere: dict[str, str] = field(default_factory=dict)
     cell: str = ""  # "ROW on COLUMN" of the table, for people reading progress lines
+    data: list | None = None  # the atomic files' fingerprint every key hashed (``data_fingerprint``)
 
     def keys(self) -> list[str]:
         return [self.key, *self.keys_elsewhere.values()]
@@ -68,7 +72,7 @@ class RunSpec:
 class Cell:
     row: Row
     column: Column
-    state: str                     # runnable | pending | missing-data | error | statistics
+    state: str                     # runnable | records-only | pending | missing-data | error | statistics
     reason: str = ""
     runs: list[RunSpec] = field(default_factory=list)
     data_label: str = ""           # the dataset actually used, when --use-data replaced the column's
@@ -106,18 +110,25 @@ def data_fingerprint(data_path: str, dataset: str) -> list:
     return prints
 
 
-def cache_key(resolved, device: str, memo: dict | None = None, bf16: bool | None = None) -> str:
-    """The run's key; ``bf16`` gives the key of the same run trained at the other precision."""
+def _fingerprint(resolved, memo: dict) -> list:
+    data = (resolved.values.get("data_path"), resolved.dataset)
+    if data not in memo:
+        memo[data] = data_fingerprint(*data)
+    return memo[data]
+
+
+def cache_key(resolved, device: str, memo: dict | None = None, bf16: bool | None = None,
+              data: list | None = None) -> str:
+    """The run's key; ``bf16`` gives the key of the same run trained at the other precision, ``data``
+    its key on atomic files of that fingerprint (default: the files on disk)."""
     config = {k: v for k, v in without_later_keys_at_former_values(resolved.as_dict()).items() if k not in NOT_HASHED}
     if bf16 is not None:
         config["bf16"] = bf16
     if not config.get("bf16"):  # `bf16: false` written out is the default, as cells cached before --bf16 have it
         config.pop("bf16", None)
-    data = (resolved.values.get("data_path"), resolved.dataset)
-    memo = {} if memo is None else memo
-    if data not in memo:
-        memo[data] = data_fingerprint(*data)
-    payload = {"version": CACHE_VERSION, "config": config, "device": device, "data": memo[data]}
+    if data is None:
+        data = _fingerprint(resolved, {} if memo is None else memo)
+    payload = {"version": CACHE_VERSION, "config": config, "device": device, "data": data}
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -148,14 +159,17 @@ def select(table: Table, datasets: list[str] | None = None, models: list[str] | 
     return rows, columns
 
 
-def _missing_side_files(resolved, needs: tuple[str, ...]) -> list[Path]:
+def _side_files_problem(resolved, row: Row) -> str:
+    """Why the item/user feature files the row reads are missing ('' when they are there)."""
     from recbole_ext.data.checks import BUNDLED_WITH_RECBOLE
 
     if resolved.dataset in BUNDLED_WITH_RECBOLE:
-        return []
+        return ""
     directory = Path(resolved.values.get("data_path") or "dataset/") / resolved.dataset
-    return [directory / f"{resolved.dataset}.{kind}" for kind in needs
+    side = [directory / f"{resolved.dataset}.{kind}" for kind in row.needs
             if not (directory / f"{resolved.dataset}.{kind}").is_file()]
+    return (f"{row.label} reads item/user features: provide {', '.join(str(p) for p in side)} "
+            f"(recbole-ext data convert writes them from the paper's side files)") if side else ""
 
 
 def _data_problem(resolved, memo: dict) -> str:
@@ -174,7 +188,7 @@ def _data_problem(resolved, memo: dict) -> str:
 
 
 def stand_in_keys(resolved, device: str, other_devices: Iterable[str], memo: dict,
-                  precision_stands_in: bool = True) -> dict[str, str]:
+                  precision_stands_in: bool = True, data: list | None = None) -> dict[str, str]:
     """``RunSpec.keys_elsewhere``: the same experiment trained at the other precision here (bf16
     autocast vs fp32, which docs/performance.md measures to give metrics within seed noise), then on
     each other device at this precision and the other. A lent GPU's runs differ from this CPU's by
@@ -187,13 +201,14 @@ def stand_in_keys(resolved, device: str, other_devices: Iterable[str], memo: dic
             if (where, bf16) == (device, own):
                 continue
             label = where if bf16 == own else f"{where} {'with bf16 autocast' if bf16 else 'in fp32'}"
-            keys[label] = cache_key(resolved, where, memo, bf16=bf16)
+            keys[label] = cache_key(resolved, where, memo, bf16=bf16, data=data)
     return keys
 
 
 def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: str, runs_dir: Path,
               device: str, use_data: dict[str, str] | None = None, memo: dict | None = None,
-              other_devices: Iterable[str] = (), bf16: bool = False) -> Cell:
+              other_devices: Iterable[str] = (), bf16: bool = False,
+              recorded_data: dict[str, list] | None = None) -> Cell:
     """Resolve every run of one cell; never raises for a cell that cannot run (its state says why)."""
     from recbole_ext.config import resolve
     from recbole_ext.config.loader import find_config_file, load_config_chain
@@ -236,7 +251,7 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
             base["bf16"] = True
     except ConfigError as error:
         return Cell(row, column, "error", str(error), data_label=data_label)
-    runs = []
+    runs, state, reason, data = [], "runnable", "", None
     for seed in seeds:
         values = {**base, "seed": seed, "state": "WARNING", "show_progress": False}
         try:
@@ -246,33 +261,46 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         except ConfigError as error:
             return Cell(row, column, "error", str(error), data_label=data_label)
         if not runs:  # data checks once per cell
-            problem = _data_problem(resolved, memo)
-            if problem:
-                return Cell(row, column, "missing-data", problem, data_label=data_label)
-            side = _missing_side_files(resolved, row.needs)
-            if side:
-                return Cell(row, column, "missing-data",
-                            f"{row.label} reads item/user features: provide {', '.join(str(p) for p in side)} "
-                            f"(recbole-ext data convert writes them from the paper's side files)", data_label=data_label)
-        key = cache_key(resolved, device, memo)
+            data = _fingerprint(resolved, memo)
+            reason = _data_problem(resolved, memo) or _side_files_problem(resolved, row)
+            if reason and data:  # files here, but not usable: the recorded ones are not these
+                return Cell(row, column, "missing-data", reason, data_label=data_label)
+            if reason:  # no atomic files here at all: the records' fingerprint may stand in
+                data, ambiguity = _recorded_fingerprint(resolved.dataset, recorded_data)
+                if data is None:
+                    return Cell(row, column, "missing-data", reason + ambiguity, data_label=data_label)
+                state = "records-only"
+        key = cache_key(resolved, device, memo, data=data)
         # absolute paths: Ray workers need not share this process's working directory
         values.update(output_dir=str(Path(runs_dir).resolve()), run_name=key)
         if resolved.values.get("data_path"):
             values["data_path"] = os.path.abspath(resolved.values["data_path"])
-        elsewhere = stand_in_keys(resolved, device, other_devices, memo, table.kind != "efficiency")
+        elsewhere = stand_in_keys(resolved, device, other_devices, memo, table.kind != "efficiency", data)
         runs.append(RunSpec(key, str(Path(config_file).resolve()), values, seed, elsewhere,
-                            cell=f"{row.label} on {column.label}"))
-    return Cell(row, column, "runnable", runs=runs, data_label=data_label)
+                            cell=f"{row.label} on {column.label}", data=data))
+    return Cell(row, column, state, reason, runs=runs, data_label=data_label)
+
+
+def _recorded_fingerprint(dataset: str, recorded_data: dict[str, list] | None) -> tuple[list | None, str]:
+    """The one fingerprint the records name for ``dataset`` (``records.recorded_data``), else None
+    and why not, for the missing-data reason."""
+    fingerprints = (recorded_data or {}).get(dataset, [])
+    if len(fingerprints) > 1:  # converted twice, differently: which the user means is theirs to say
+        return None, (f" (records name {len(fingerprints)} different conversions of {dataset}: "
+                      "convert the data to report them)")
+    return (fingerprints[0], "") if fingerprints else (None, "")
 
 
 def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, models: list[str] | None = None,
                seeds: int = 1, budget: str = "paper", use_data: dict[str, str] | None = None,
                device: str | None = None, memo: dict | None = None, other_devices: Iterable[str] = (),
-               bf16: bool = False) -> list[Cell]:
+               bf16: bool = False, recorded_data: dict[str, list] | None = None) -> list[Cell]:
     """Every cell of the selected rows × columns; ``memo`` shares data checks between plans.
 
     ``other_devices``: devices whose records may stand in for this device's runs (those recorded in
-    the records directory, ``records.recorded_devices``). ``bf16``: runs train under bf16 autocast
+    the records directory, ``records.recorded_devices``). ``recorded_data``: the atomic-file
+    fingerprints the records were trained on (``records.recorded_data``), which give the keys of
+    cells whose files are not here ("records-only"). ``bf16``: runs train under bf16 autocast
     (``--bf16``); either precision's records stand in for the other's. Neither applies to efficiency
     tables: their timings are the device's and the precision's."""
     if seeds < 1:
@@ -288,8 +316,8 @@ def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, 
     device = device or device_label()
     memo = {} if memo is None else memo
     other_devices = () if table.kind == "efficiency" else tuple(other_devices)
-    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo, other_devices, bf16)
-            for column in columns for row in rows if _row_in_column(row, column)]
+    return [plan_cell(table, row, column, seed_list, budget, runs_dir, device, use_data, memo, other_devices, bf16,
+                      recorded_data) for column in columns for row in rows if _row_in_column(row, column)]
 
 
 def _row_in_column(row: Row, column: Column) -> bool:

@@ -22,6 +22,13 @@ rewrote it, and timings are averaged per CPU model too (``results``). The record
 cores; the lent H200's CPU was not recorded). Training precision works the same way: a run trained
 under ``reproduce --bf16`` has a key of its own, and records at either precision stand in for the
 other's (``plan.stand_in_keys``).
+
+A record also keeps the fingerprint of the atomic files its key hashed (``data``; records written
+before 2026-11-29 get it the first time a report finds them with those files in place). Without
+it, a clone that has the committed records but not the licensed data could not compute a single
+key: ``--report-only`` there rewrote every committed table as "missing data". With it, such a
+cell is *records-only*: its keys come from the recorded fingerprint, its finished runs are
+reported, and nothing trains without the data.
 """
 from __future__ import annotations
 
@@ -57,8 +64,9 @@ def _mean_after_warmup(values: list[float | None]) -> float | None:
     return statistics.fmean(values[1:] if len(values) > 1 else values)
 
 
-def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
-    """The record of a finished run directory (``execute.is_finished``)."""
+def record_of_run(key: str, run_dir: Path, data: list | None = None) -> dict[str, Any]:
+    """The record of a finished run directory (``execute.is_finished``); ``data``: the fingerprint of
+    the atomic files the key was computed with (``plan.RunSpec.data``)."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     history_path = run_dir / "history.json"
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
@@ -73,6 +81,8 @@ def record_of_run(key: str, run_dir: Path) -> dict[str, Any]:
         record["training_precision"] = measure["training_precision"]
     if metrics.get("hardware"):  # the runner's (``devices.hardware_label``)
         record["hardware"] = metrics["hardware"]
+    if data is not None:
+        record["data"] = data
     return record
 
 
@@ -134,17 +144,37 @@ def record_precision(record: dict[str, Any]) -> str:
     return record.get("training_precision", FP32_PRECISION)
 
 
-def recorded_devices(records: Path) -> set[str]:
-    """The device labels of the records in ``records`` (unreadable files are left to ``read_record``)."""
-    devices = set()
+def _parsed_records(records: Path):
+    """Every record in ``records`` as a dict (unreadable files are left to ``read_record``)."""
     for path in sorted(records.glob("*.json")) if records.is_dir() else []:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(record, dict):
-            devices.add(record_device(record))
-    return devices
+            yield record
+
+
+def recorded_devices(records: Path) -> set[str]:
+    """The device labels of the records in ``records``."""
+    return {record_device(record) for record in _parsed_records(records)}
+
+
+def recorded_data(records: Path) -> dict[str, list[list]]:
+    """Dataset name → the distinct atomic-file fingerprints (``plan.data_fingerprint``) its records
+    were trained on: the plan of a machine without the atomic files computes the runs' keys from
+    them, so committed records still fill their cells there (``plan.plan_cell``, "records-only")."""
+    found: dict[str, list[list]] = {}
+    for record in _parsed_records(records):
+        data = record.get("data")
+        # its files are named DATASET.inter, DATASET.item...: records imported from a CSV name no dataset otherwise
+        names = {str(entry[0]).rsplit(".", 1)[0] for entry in data if isinstance(entry, list) and entry} \
+            if isinstance(data, list) else set()
+        if len(names) == 1:
+            fingerprints = found.setdefault(names.pop(), [])
+            if data not in fingerprints:
+                fingerprints.append(data)
+    return found
 
 
 def find_record(records: Path, spec) -> dict[str, Any] | None:

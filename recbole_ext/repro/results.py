@@ -132,7 +132,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             stats, reason = dataset_statistics(cell.column.preset, cell.data_path or data_path)
             status = "done" if stats is not None else "error"
             per_run = [stats] if stats is not None else []
-        elif cell.state == "runnable":
+        elif cell.state in ("runnable", "records-only"):
             found = [(spec, find_record(records, spec)) for spec in cell.runs]
             finished = [record for _, record in found if record]
             per_run = [record_values(record, table.scale) for record in finished]
@@ -142,9 +142,12 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                 counts[setting.hardware] = counts.get(setting.hardware, 0) + 1
             for precision in map(record_precision, finished):
                 precisions[precision] = precisions.get(precision, 0) + 1
-            status = ("done" if len(finished) == len(cell.runs) else "partial") if finished else "not run"
-            if not finished:
-                reason = "no finished run yet"
+            if finished:  # a records-only cell's values are as good as any: its keys hash the recorded data
+                status, reason = ("done" if len(finished) == len(cell.runs) else "partial"), ""
+            elif cell.state == "records-only":  # nothing recorded: what it lacks is the atomic files
+                status = "missing-data"
+            else:
+                status, reason = "not run", "no finished run yet"
             elsewhere = sorted({spec.where(record["key"]) for spec, record in found
                                 if record and record["key"] != spec.key})
             if elsewhere:  # the table's hardware and precision lines are this call's: say how these ran

@@ -486,3 +486,63 @@ def test_dry_run_names_each_run_it_would_train_and_trains_nothing(reproduction, 
             capsys.readouterr().out
     finally:
         shutil.rmtree(run_dir)
+
+
+def clone_without_data(reproduction, tmp_path) -> tuple[Path, list[str]]:
+    """A clone as the repository ships: the committed records, no run cache, no atomic files (the
+    licensed data is never committed). Returns its --out and the reproduce command line."""
+    (tmp_path / "no-data").mkdir()
+    (tmp_path / "tiny.yaml").write_text(f"extends: {REPO / 'configs/datasets/tiny-seq.yaml'}\n"
+                                        f"data_path: {tmp_path / 'no-data'}/\nnum_threads: 1\n")
+    table = tmp_path / "tiny_table.yaml"
+    table.write_text(TABLE.read_text().replace("datasets/tiny-seq.yaml", str(tmp_path / "tiny.yaml")))
+    clone = tmp_path / "clone"
+    shutil.copytree(reproduction["out"] / "records", clone / "records")
+    return clone, ["reproduce", str(table), "--budget", "quick", "--out", str(clone),
+                   "--models", "base", "sinusoidal", "future"]
+
+
+def test_a_clone_without_the_atomic_files_reports_the_recorded_runs_and_trains_nothing(
+        reproduction, tmp_path, monkeypatch, capsys):
+    """The records name the fingerprint of the atomic files their keys hashed, so the plan computes
+    the keys without the files: the table comes out as where it was trained (before, every cell read
+    "missing data" and a report-only rewrite emptied a committed table)."""
+    clone, argv = clone_without_data(reproduction, tmp_path)
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    assert main(argv + ["--report-only"]) == 0
+    assert table_lines(clone) == table_lines(reproduction["out"])
+    assert "records only (2 cells, none trained here" in capsys.readouterr().out
+    assert main(argv) == 0  # execute_run raised if anything were trained without the data
+    assert table_lines(clone) == table_lines(reproduction["out"])
+
+    next((clone / "records").glob("*.json")).unlink()  # a cell without a record cannot train here
+    assert main(argv) == 0
+    statuses = sorted(status for (dataset, _, metric), (status, _) in table_lines(clone).items()
+                      if dataset == "Tiny" and metric == "NDCG@10")
+    assert statuses == ["done", "missing-data", "pending"]
+
+
+def test_records_of_two_conversions_of_a_dataset_leave_the_choice_to_the_data(reproduction, tmp_path, capsys):
+    clone, argv = clone_without_data(reproduction, tmp_path)
+    record = json.loads(next((clone / "records").glob("*.json")).read_text())
+    other = [[name, size + 1, head] for name, size, head in record["data"]]  # the data converted again, otherwise
+    (clone / "records" / "other.json").write_text(json.dumps({**record, "key": "other", "data": other}))
+    assert main(argv + ["--report-only"]) == 0
+    assert "records name 2 different conversions of tiny-seq: convert the data to report them" in capsys.readouterr().out
+    assert {status for (dataset, _, _), (status, _) in table_lines(clone).items() if dataset == "Tiny"} == \
+        {"missing-data", "pending"}
+
+
+def test_records_written_before_they_kept_the_data_fingerprint_get_it_where_the_data_is(reproduction, tmp_path,
+                                                                                       monkeypatch):
+    out = reproduction["out"]
+    clone = tmp_path / "clone"
+    shutil.copytree(out / "records", clone / "records")
+    originals = {path.name: json.loads(path.read_text()) for path in (clone / "records").glob("*.json")}
+    assert originals and all(record["data"] for record in originals.values())
+    for path in (clone / "records").glob("*.json"):
+        path.write_text(json.dumps({key: value for key, value in originals[path.name].items() if key != "data"}))
+    argv = [*reproduction["argv"][:-6], "--out", str(clone), *reproduction["argv"][-4:]]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    assert main(argv + ["--report-only"]) == 0
+    assert {path.name: json.loads(path.read_text()) for path in (clone / "records").glob("*.json")} == originals
