@@ -152,6 +152,8 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                                 if record and record["key"] != spec.key})
             if elsewhere:  # the table's hardware and precision lines are this call's: say how these ran
                 reason = f"trained on {', '.join(elsewhere)}"
+        # committed tables name no home directory: the data checks' messages hold absolute paths
+        reason = reason.replace(f"{Path.cwd()}/", "")
         for index, metric in enumerate(table.metrics):
             published = cell.row.published.get(cell.column.label, (None,) * len(table.metrics))[index]
             ours = [values[metric.key] for values in per_run if metric.key in values]

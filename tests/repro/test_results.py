@@ -240,3 +240,15 @@ def test_a_plot_panel_draws_no_bar_for_a_missing_value_and_whiskers_only_from_tw
     assert [round(s[0][0], 6) for s in segments] == [1.2, 3.2]  # the two multi-seed rows only
     assert [t.get_text() for t in axis.texts] == ["not run", "n/a"]
     plt.close(figure)
+
+
+def test_a_reason_names_paths_below_the_working_directory_relative_to_it(tmp_path, monkeypatch):
+    """Tables are committed: a missing-data reason names no home directory (the data checks' messages
+    hold absolute paths)."""
+    table = load_table(str(TINY_TABLE))
+    monkeypatch.chdir(tmp_path)
+    cells = plan_table(table, tmp_path / "runs", datasets=["Elsewhere"], budget="quick", device="cpu")
+    cells[0].reason = f"{tmp_path}/configs/datasets/x.yaml:4: needs {tmp_path}/dataset_atomic/x/x.inter; or /elsewhere/x"
+    lines = collect(table, cells[:1], tmp_path / "records").lines
+    assert {line.reason for line in lines} == \
+        {"configs/datasets/x.yaml:4: needs dataset_atomic/x/x.inter; or /elsewhere/x"}
