@@ -229,7 +229,10 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
         try:
             locate_dataset(column.preset, data_path, how_to_create(column.preset))
         except DataFormatError as error:
-            return Cell(row, column, "missing-data", str(error))
+            # no atomic files at all, but counted before: the counts are in the records
+            recorded = not data_fingerprint(data_path, column.preset) \
+                and _recorded_fingerprint(column.preset, recorded_data)[0] is not None
+            return Cell(row, column, "records-only" if recorded else "missing-data", str(error), data_path=data_path)
         return Cell(row, column, "statistics", data_path=data_path)
     if row.pending:
         return Cell(row, column, "pending", row.pending, data_label=data_label)

@@ -43,6 +43,7 @@ from recbole_ext.devices import as_device_label
 from recbole_ext.errors import DataFormatError
 
 RECORDS_DIR = "records"
+STATISTICS_DIR = "statistics"  # under RECORDS_DIR
 RECORD_FORMAT = 1
 MEASURE_FILE = "measure.json"
 # measurement key of a table → the per-epoch field of history.json it averages
@@ -95,9 +96,12 @@ def _shown(path: Path) -> str:
 def write_record(records: Path, record: dict[str, Any]) -> Path:
     """Write ``record`` unless the same one (its time aside) is there: rebuilding a table from run
     directories leaves committed records untouched."""
+    return _write_unless_same(record_path(records, record["key"]), record)
+
+
+def _write_unless_same(path: Path, record: dict[str, Any]) -> Path:
     from recbole_ext.compat import atomic_write_bytes
 
-    path = record_path(records, record["key"])
     try:
         current = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -105,8 +109,39 @@ def write_record(records: Path, record: dict[str, Any]) -> Path:
     if isinstance(current, dict) and {**current, "recorded": None} == {**record, "recorded": None}:
         return path
     text = (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, lambda handle: handle.write(text))
     return path
+
+
+def statistics_record_path(records: Path, preset: str) -> Path:
+    """A statistics table's counts of one preset's atomic files, in a folder of their own: the
+    run records' readers (``scripts/records_summary.py``) take every ``records/*.json`` for a run."""
+    return records / STATISTICS_DIR / f"{preset}.json"
+
+
+def write_statistics_record(records: Path, preset: str, data: list, counts: dict[str, Any]) -> Path:
+    """Keep the counts of a preset's atomic files (``data_fingerprint`` ``data``) for a machine
+    without them; unchanged counts leave the file as it was."""
+    return _write_unless_same(statistics_record_path(records, preset), {
+        "format": RECORD_FORMAT, "preset": preset, "data": data, "counts": counts,
+        "recorded": time.strftime("%Y-%m-%d %H:%M")})
+
+
+def read_statistics_record(records: Path, preset: str) -> dict[str, Any] | None:
+    """The recorded counts of ``preset``, None when there are none; a damaged file is a one-line error."""
+    path = statistics_record_path(records, preset)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DataFormatError(f"{path}: not a readable statistics record ({error.__class__.__name__}: {error})") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("preset") != preset \
+            or not isinstance(record.get("counts"), dict):
+        raise DataFormatError(f"{path}: not a statistics record of format {RECORD_FORMAT} for preset {preset} "
+                              "(delete it; counting the converted data writes it again)")
+    return record
 
 
 def read_record(records: Path, key: str) -> dict[str, Any] | None:
@@ -165,7 +200,7 @@ def recorded_data(records: Path) -> dict[str, list[list]]:
     were trained on: the plan of a machine without the atomic files computes the runs' keys from
     them, so committed records still fill their cells there (``plan.plan_cell``, "records-only")."""
     found: dict[str, list[list]] = {}
-    for record in _parsed_records(records):
+    for record in (*_parsed_records(records), *_parsed_records(records / STATISTICS_DIR)):
         data = record.get("data")
         # its files are named DATASET.inter, DATASET.item...: records imported from a CSV name no dataset otherwise
         names = {str(entry[0]).rsplit(".", 1)[0] for entry in data if isinstance(entry, list) and entry} \

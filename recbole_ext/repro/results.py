@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recbole_ext.repro.plan import STATISTICS_DATA_PATH, Cell
-from recbole_ext.repro.records import TIMING_KEYS, find_record, record_hardware, record_precision, record_values
+from recbole_ext.repro.records import (TIMING_KEYS, find_record, read_statistics_record, record_hardware,
+                                      record_precision, record_values, write_statistics_record)
 from recbole_ext.repro.tables import Metric, Table
 
 DEVICE_BOUND_KEYS = frozenset({*TIMING_KEYS, "peak_gpu_mem_gb"})
@@ -88,15 +89,28 @@ class Line:
         return (self.published_gain > 0) == (self.ours_gain > 0)
 
 
-def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH) -> tuple[dict | None, str]:
-    """Our statistics of a preset's atomic files, counted as the paper printed them; or why not."""
+def dataset_statistics(preset_name: str, data_path: str = STATISTICS_DATA_PATH,
+                       records: Path | None = None) -> tuple[dict | None, str]:
+    """Our statistics of a preset's atomic files, counted as the paper printed them; or why not.
+    With ``records``, the counts are kept there (``records.write_statistics_record``), and read
+    back from there where no atomic file of the preset is here."""
+    from recbole_ext.data.checks import how_to_create
     from recbole_ext.data.presets import get_preset
     from recbole_ext.data.stats import dataset_stats, locate_dataset
     from recbole_ext.errors import RecboleExtError
+    from recbole_ext.repro.plan import data_fingerprint
 
+    data = data_fingerprint(data_path, preset_name)
+    # outside the try: a damaged record is the call's one-line error, as a damaged run record is
+    recorded = read_statistics_record(records, preset_name) if records is not None and not data else None
     try:
         preset = get_preset(preset_name)
-        ours = dict(dataset_stats(locate_dataset(preset_name, data_path)))
+        if recorded is not None:
+            ours = dict(recorded["counts"])
+        else:
+            ours = dict(dataset_stats(locate_dataset(preset_name, data_path, how_to_create(preset_name))))
+            if records is not None:
+                write_statistics_record(records, preset_name, data, ours)
     except RecboleExtError as error:
         return None, str(error)
     if preset.keep_unrated_items and "items_with_item_file" in ours:
@@ -128,9 +142,9 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
         per_run: list[dict[str, float]] = []
         settings: list[Setting] = []  # where each of per_run trained
         status, reason = cell.state, cell.reason
-        if cell.state == "statistics":
-            stats, reason = dataset_statistics(cell.column.preset, cell.data_path or data_path)
-            status = "done" if stats is not None else "error"
+        if table.kind == "statistics" and cell.column.preset:  # counted here, else read from records/statistics/
+            stats, reason = dataset_statistics(cell.column.preset, cell.data_path or data_path, records)
+            status = "done" if stats is not None else "error" if cell.state == "statistics" else "missing-data"
             per_run = [stats] if stats is not None else []
         elif cell.state in ("runnable", "records-only"):
             found = [(spec, find_record(records, spec)) for spec in cell.runs]

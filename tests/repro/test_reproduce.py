@@ -546,3 +546,32 @@ def test_records_written_before_they_kept_the_data_fingerprint_get_it_where_the_
     monkeypatch.setattr(execute, "execute_run", must_not_run)
     assert main(argv + ["--report-only"]) == 0
     assert {path.name: json.loads(path.read_text()) for path in (clone / "records").glob("*.json")} == originals
+
+
+def test_a_statistics_table_once_counted_keeps_its_counts_where_the_data_is_missing(tmp_path, monkeypatch):
+    """Counting is cheap but needs the licensed data: the counts go to records/statistics/, so a clone
+    without the data rewrites a committed statistics table as it was, not as missing data."""
+    monkeypatch.chdir(tmp_path)  # the column's config reads dataset_atomic/ here
+    data = tmp_path / "dataset_atomic" / "denoiser-beauty"
+    data.mkdir(parents=True)
+    shutil.copy(REPO / "dataset_atomic/tiny-seq/tiny-seq.inter", data / "denoiser-beauty.inter")
+    out = tmp_path / "out"
+    argv = ["reproduce", "denoiser-t1", "--datasets", "Beauty", "--out", str(out)]
+
+    def beauty_lines():
+        with open(out / "denoiser-t1.csv") as handle:
+            return [(line["metric"], line["status"], line["ours_mean"]) for line in csv.DictReader(handle)]
+
+    assert main(argv) == 0
+    counted = beauty_lines()
+    assert {status for _, status, _ in counted} == {"done"}
+    record = json.loads((out / "records" / "statistics" / "denoiser-beauty.json").read_text())
+    assert record["data"][0][0] == "denoiser-beauty.inter" and record["counts"]["interactions"] > 0
+    shutil.rmtree(tmp_path / "dataset_atomic")
+    assert main(argv) == 0
+    assert beauty_lines() == counted
+    (out / "records" / "statistics" / "denoiser-beauty.json").write_text('{"format": 1}')
+    assert main(argv) == 2  # a damaged record is an error, not a silent recount or blank
+    (out / "records" / "statistics" / "denoiser-beauty.json").unlink()
+    assert main(argv) == 0
+    assert {status for _, status, _ in beauty_lines()} == {"missing-data"}
