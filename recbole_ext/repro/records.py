@@ -130,33 +130,27 @@ def write_statistics_record(records: Path, preset: str, data: list, counts: dict
 
 def read_statistics_record(records: Path, preset: str) -> dict[str, Any] | None:
     """The recorded counts of ``preset``, None when there are none; a damaged file is a one-line error."""
-    path = statistics_record_path(records, preset)
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise DataFormatError(f"{path}: not a readable statistics record ({error.__class__.__name__}: {error})") from None
-    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("preset") != preset \
-            or not isinstance(record.get("counts"), dict):
-        raise DataFormatError(f"{path}: not a statistics record of format {RECORD_FORMAT} for preset {preset} "
-                              "(delete it; counting the converted data writes it again)")
-    return record
+    return _read_checked(statistics_record_path(records, preset), "statistics", "preset", preset, "counts",
+                         "delete it; counting the converted data writes it again")
 
 
 def read_record(records: Path, key: str) -> dict[str, Any] | None:
     """The record of ``key``, None when there is none; a damaged one is a one-line error."""
-    path = record_path(records, key)
+    return _read_checked(record_path(records, key), "run", "key", key, "test", "delete it to train the run again")
+
+
+def _read_checked(path: Path, kind: str, field: str, value: str, body: str, remedy: str) -> dict[str, Any] | None:
+    """The record at ``path`` (None when there is none), if it is of RECORD_FORMAT, names ``value`` as
+    its ``field`` and holds a ``body`` mapping; else a one-line error naming the file."""
     if not path.is_file():
         return None
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise DataFormatError(f"{path}: not a readable run record ({error.__class__.__name__}: {error})") from None
-    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get("key") != key \
-            or not isinstance(record.get("test"), dict):
-        raise DataFormatError(f"{path}: not a run record of format {RECORD_FORMAT} for key {key} "
-                              "(delete it to train the run again)")
+        raise DataFormatError(f"{path}: not a readable {kind} record ({error.__class__.__name__}: {error})") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or record.get(field) != value \
+            or not isinstance(record.get(body), dict):
+        raise DataFormatError(f"{path}: not a {kind} record of format {RECORD_FORMAT} for {field} {value} ({remedy})")
     return record
 
 
