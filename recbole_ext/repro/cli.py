@@ -80,12 +80,15 @@ def print_skips(cells, stream=None) -> None:
         if cell.state in ("pending", "missing-data", "error", "records-only"):
             key = (cell.state, cell.reason if cell.state not in ("missing-data", "records-only")
                    else f"{cell.column.label}: {cell.reason}")
+            if cell.state == "records-only" and not cell.runs:  # a statistics cell: counts, not runs
+                key = ("records-only-counts", key[1])
             by_reason[key].append(f"{cell.column.label}/{cell.row.label}")
+    records_only = {"records-only": "the recorded runs are reported, none trained here",
+                    "records-only-counts": "the recorded counts are reported"}
     for (state, reason), where in by_reason.items():
         cells_text = where[0] if len(where) == 1 else f"{len(where)} cells"
-        if state == "records-only":
-            print(f"records only ({cells_text}, none trained here; the recorded runs are reported): {reason}",
-                  file=stream or sys.stdout)
+        if state in records_only:
+            print(f"records only ({cells_text}; {records_only[state]}): {reason}", file=stream or sys.stdout)
         else:
             print(f"skip ({state}, {cells_text}): {reason}", file=stream or sys.stdout)
 

@@ -511,7 +511,7 @@ def test_a_clone_without_the_atomic_files_reports_the_recorded_runs_and_trains_n
     monkeypatch.setattr(execute, "execute_run", must_not_run)
     assert main(argv + ["--report-only"]) == 0
     assert table_lines(clone) == table_lines(reproduction["out"])
-    assert "records only (2 cells, none trained here" in capsys.readouterr().out
+    assert "records only (2 cells; the recorded runs are reported, none trained here)" in capsys.readouterr().out
     assert main(argv) == 0  # execute_run raised if anything were trained without the data
     assert table_lines(clone) == table_lines(reproduction["out"])
 
@@ -548,7 +548,8 @@ def test_records_written_before_they_kept_the_data_fingerprint_get_it_where_the_
     assert {path.name: json.loads(path.read_text()) for path in (clone / "records").glob("*.json")} == originals
 
 
-def test_a_statistics_table_once_counted_keeps_its_counts_where_the_data_is_missing(tmp_path, monkeypatch):
+def test_a_statistics_table_once_counted_keeps_its_counts_where_the_data_is_missing(tmp_path, monkeypatch,
+                                                                                     capsys):
     """Counting is cheap but needs the licensed data: the counts go to records/statistics/, so a clone
     without the data rewrites a committed statistics table as it was, not as missing data."""
     monkeypatch.chdir(tmp_path)  # the column's config reads dataset_atomic/ here
@@ -568,8 +569,10 @@ def test_a_statistics_table_once_counted_keeps_its_counts_where_the_data_is_miss
     record = json.loads((out / "records" / "statistics" / "denoiser-beauty.json").read_text())
     assert record["data"][0][0] == "denoiser-beauty.inter" and record["counts"]["interactions"] > 0
     shutil.rmtree(tmp_path / "dataset_atomic")
+    capsys.readouterr()
     assert main(argv) == 0
     assert beauty_lines() == counted
+    assert "records only (Beauty/statistics; the recorded counts are reported)" in capsys.readouterr().out
     (out / "records" / "statistics" / "denoiser-beauty.json").write_text('{"format": 1}')
     assert main(argv) == 2  # a damaged record is an error, not a silent recount or blank
     (out / "records" / "statistics" / "denoiser-beauty.json").unlink()
