@@ -77,12 +77,14 @@ def print_skips(cells, stream=None) -> None:
     """One line per reason (cells of one dataset missing the same files share a line)."""
     by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
     for cell in cells:
-        if cell.state in ("pending", "missing-data", "error", "records-only"):
-            key = (cell.state, cell.reason if cell.state not in ("missing-data", "records-only")
-                   else f"{cell.column.label}: {cell.reason}")
-            if cell.state == "records-only" and not cell.runs:  # a statistics cell: counts, not runs
-                key = ("records-only-counts", key[1])
-            by_reason[key].append(f"{cell.column.label}/{cell.row.label}")
+        if cell.state not in ("pending", "missing-data", "error", "records-only"):
+            continue
+        # a records-only cell without runs is a statistics cell: its records hold counts, not runs
+        state = "records-only-counts" if cell.state == "records-only" and not cell.runs else cell.state
+        # both reasons are about a dataset's files not being here, so the line names the dataset
+        labelled = cell.state in ("missing-data", "records-only")
+        reason = f"{cell.column.label}: {cell.reason}" if labelled else cell.reason
+        by_reason[(state, reason)].append(f"{cell.column.label}/{cell.row.label}")
     records_only = {"records-only": "the recorded runs are reported, none trained here",
                     "records-only-counts": "the recorded counts are reported"}
     for (state, reason), where in by_reason.items():
