@@ -21,6 +21,11 @@ from recbole_ext.nn.registry import Registry
 BACKBONE: Registry["Backbone"] = Registry("backbone")
 
 
+def setting_or_none(config, name: str):
+    """Config key ``name`` or None when unset, from a values dict or a RecBole ``Config`` alike."""
+    return config[name] if name in config else None
+
+
 def bpr_loss(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     """-log σ(s⁺ − s⁻) (Rendle et al. 2009), as RecBole's BPRLoss (gamma 1e-10)."""
     return -torch.log(1e-10 + torch.sigmoid(positive - negative)).mean()
@@ -95,6 +100,8 @@ class Backbone(nn.Module):
     # which contrastive views compare with the main pass's state (``AuxLoss.compares_user_representations``).
     represents_users_by_state = True
     flat_defaults: dict = {}  # RecBole's defaults of the flat config keys this backbone reads (null there)
+    # Cloze backbones: the default ``ft_ratio`` of RecBole's mask_itemseq transform (None: not read).
+    fine_tuning_ratio: float | None = None
 
     def __init__(self, options, model: nn.Module, config):
         super().__init__()
@@ -103,13 +110,18 @@ class Backbone(nn.Module):
     @classmethod
     def setting(cls, config, name: str):
         """Flat config key ``name``, or this backbone's RecBole default when it is unset/null."""
-        value = config[name] if name in config else None
+        value = setting_or_none(config, name)
         return cls.flat_defaults[name] if value is None else value
 
     @classmethod
     def check_config(cls, values) -> Iterator[tuple[str, str]]:
         """(key, problem) pairs for config values this backbone cannot use, found before data loads."""
         return iter(())
+
+    @classmethod
+    def derived_recbole_config(cls, values) -> dict:
+        """The RecBole keys this backbone's training needs, given the resolved config values."""
+        return dict(cls.required_recbole_config)
 
     def item_embedding_size(self, dims) -> int:
         """Width of the model's item embeddings: the hidden size, unless the input concatenates more."""
@@ -242,10 +254,30 @@ class Cloze(Backbone):
     trailing_slots = 1  # the evaluation [MASK] after the last item
     required_recbole_config = {"transform": "mask_itemseq"}
     trains_on_windows = True  # masked_window: BERT4Rec code's whole-sequence cloze
+    # RecBole's BERT4Rec.yaml value: this share of training batches masks only each row's last item,
+    # the position a [MASK] takes at evaluation (Sun et al. 2019 §3.6; RecBole's mask_itemseq calls
+    # them fine-tuning samples). Without them (RecBole's transform falls back to 0 when the key is
+    # absent, as it was for SeqTransformer before 2026-12-01) the cloze only ever fills masks inside
+    # the history, and on Amazon's short rows it learns the last position poorly (fearec-t2's
+    # BERT4Rec cells, docs/reproduction.md).
+    fine_tuning_ratio = 0.5
 
     @dataclass(frozen=True)
     class Options:
         recbole_quirks: bool = False
+
+    @classmethod
+    def check_config(cls, values) -> Iterator[tuple[str, str]]:
+        if setting_or_none(values, "ft_ratio") is not None and values["training_samples"] == "windows":
+            yield "ft_ratio", ("applies to training on prefixes (RecBole's mask_itemseq transform); "
+                               "training_samples: windows masks each window in the forward pass")
+
+    @classmethod
+    def derived_recbole_config(cls, values) -> dict:
+        derived = super().derived_recbole_config(values)
+        if setting_or_none(values, "ft_ratio") is None and values["training_samples"] == "prefixes":
+            derived["ft_ratio"] = cls.fine_tuning_ratio
+        return derived
 
     def __init__(self, options, model, config):
         super().__init__(options, model, config)

@@ -3,7 +3,8 @@
 Slots (YAML keys): ``backbone`` (:mod:`recbole_ext.models.backbones`), ``attention`` and
 ``position`` (:mod:`recbole_ext.nn`), ``aux_losses``. With the defaults it is RecBole's SASRec,
 numerically (``tests/models/test_recbole_parity.py``); with ``backbone: bert4rec`` and
-``hidden_dropout_prob``/``attn_dropout_prob`` 0.2 it is RecBole's BERT4Rec.
+``hidden_dropout_prob``/``attn_dropout_prob`` 0.2 it is RecBole's BERT4Rec, fine-tuning batches
+(``ft_ratio`` 0.5, RecBole's BERT4Rec.yaml) included.
 
 RecBole's contract: ``calculate_loss`` returns the main loss, or a tuple ``(main, aux...)`` whose
 names are ``loss_names`` (RecBole's trainer sums a tuple; ours also logs each term by name).
@@ -25,7 +26,7 @@ from recbole.utils import InputType
 from torch import nn
 
 from recbole_ext.config.schema import Key, in_range
-from recbole_ext.models.backbones import BACKBONE
+from recbole_ext.models.backbones import BACKBONE, setting_or_none
 from recbole_ext.models.repeated_rows import candidate_fields, consecutive_repeats
 from recbole_ext.models.trimming import declared_exact, trim_batch
 from recbole_ext.models.window_targets import HistoryExcludingNegatives
@@ -83,6 +84,9 @@ class SeqTransformer(SequentialRecommender):
                                 "interaction; windows: SASRec code's, one row per user whose every position is a "
                                 "target (models/window_targets.py)"),
         "mask_ratio": Key(float, "bert4rec backbone: masked share", in_range(0.0, 1.0, low_open=True, high_open=True)),
+        "ft_ratio": Key(float | None, "bert4rec backbone on prefixes: share of training batches that mask only each "
+                                      "row's last item (default 0.5, RecBole's BERT4Rec; models/backbones.py Cloze)",
+                        in_range(0.0, 1.0)),
         # Backbone settings under RecBole's flat names, so its CORE/SASRecF/FDSA configs carry over;
         # null (the default) = that backbone's RecBole default (see its ``flat_defaults``).
         "selected_features": Key(list[str] | None, "sasrecf/fdsa: item feature fields (default ['class'])"),
@@ -98,6 +102,8 @@ class SeqTransformer(SequentialRecommender):
             yield "hidden_size", f"{values['hidden_size']} is not a multiple of n_heads ({values['n_heads']})"
         backbone = parse_part_spec(BACKBONE, values["backbone"], "backbone")
         yield from BACKBONE.get(backbone.name).check_config(values)
+        if setting_or_none(values, "ft_ratio") is not None and BACKBONE.get(backbone.name).fine_tuning_ratio is None:
+            yield "ft_ratio", f"is read by the bert4rec backbone's training on prefixes, not by backbone {backbone.name!r}"
         if values["loss_type"] == "InfoNCE" and not BACKBONE.get(backbone.name).takes_info_nce:
             yield "loss_type", f"InfoNCE trains next-item backbones (HLLM's SASRec), not {backbone.name!r}"
         if not BACKBONE.get(backbone.name).represents_users_by_state:
@@ -116,7 +122,7 @@ class SeqTransformer(SequentialRecommender):
     @staticmethod
     def derived_recbole_config(values: dict[str, Any]) -> dict[str, Any]:
         backbone = parse_part_spec(BACKBONE, values["backbone"], "backbone")
-        return dict(BACKBONE.get(backbone.name).required_recbole_config)
+        return BACKBONE.get(backbone.name).derived_recbole_config(values)
 
     def __init__(self, config, dataset):
         super().__init__(config, dataset)

@@ -9,30 +9,16 @@ import copy
 
 import pytest
 import torch
-from recbole.utils import get_model
 
 from recbole_ext.models.trimming import declared_exact
 
-from ..conftest import tiny_recbole_config
-from .test_backbone_core import GENRES
-from .test_trimming import CASES, loaders, short_rows  # noqa: F401 (loaders is a fixture)
+from .test_trimming import CASES, loaders, model_on_shared_loaders, short_rows  # noqa: F401 (loaders is a fixture)
 
 DROPOUT = {"hidden_dropout_prob": 0.3, "attn_dropout_prob": 0.3}
 
 
 def build(loaders, settings):
-    config, train_data, _ = loaders("bert4rec" in settings.get("backbone", ""))
-    overrides = {**DROPOUT, **settings}
-    saved = {key: config[key] for key in overrides}
-    resolved = tiny_recbole_config("SeqTransformer", load_col=GENRES, **overrides)
-    for key in overrides:
-        config[key] = resolved[key]
-    try:
-        torch.manual_seed(0)
-        return get_model("SeqTransformer")(config, train_data._dataset), train_data
-    finally:
-        for key, value in saved.items():
-            config[key] = value
+    return model_on_shared_loaders(loaders, {**DROPOUT, **settings})
 
 
 def run(model, batch, prune: bool, pack: bool):

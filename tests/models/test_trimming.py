@@ -128,18 +128,26 @@ def outputs(model, train_batch, test_batch, trim: bool, pack: bool = False) -> l
     return [*losses, scores, sampled]
 
 
-@pytest.mark.parametrize("settings", CASES)
-def test_trimmed_batches_give_the_same_outputs_where_declared_exact(loaders, settings):
+def model_on_shared_loaders(loaders, settings):
+    """A SeqTransformer with ``settings`` on the cached loaders of its backbone family (seed 0): the
+    loaders' config holds the settings' resolved values while the model is built."""
     config, train_data, _ = loaders("bert4rec" in settings.get("backbone", ""))
-    saved = {key: config[key] for key in settings}
-    for key, value in settings.items():
-        config[key] = tiny_recbole_config("SeqTransformer", load_col=GENRES, **settings)[key]
+    resolved = tiny_recbole_config("SeqTransformer", load_col=GENRES, **settings)
+    synced = [*settings, "ft_ratio"]  # ft_ratio: derived from the backbone and the training samples
+    saved = {key: config[key] for key in synced}
+    for key in synced:
+        config[key] = resolved[key]
     try:
         torch.manual_seed(0)
-        model = get_model("SeqTransformer")(config, train_data._dataset)
+        return get_model("SeqTransformer")(config, train_data._dataset), train_data
     finally:
         for key, value in saved.items():
             config[key] = value
+
+
+@pytest.mark.parametrize("settings", CASES)
+def test_trimmed_batches_give_the_same_outputs_where_declared_exact(loaders, settings):
+    model, train_data = model_on_shared_loaders(loaders, settings)
     length_field = model.ITEM_SEQ_LEN
     # ml-100k's test sequences are all long: score the training prefixes (they carry the target too)
     train_batch = test_batch = short_rows(train_data, length_field)
