@@ -25,8 +25,10 @@ from recbole_ext.nn.registry import check_type
 # neither orphans finished cells nor stops half-trained ones from resuming. A switch on by default
 # (``pack_tokens``, since 2026-11-23) gives new cells new keys, as it should (they train differently);
 # a run directory that predates it resumes at its former value (``runner.with_later_keys_at_former_values``).
+# ``ft_ratio`` (2026-12-01) is derived for the cloze on prefixes only: its former value is what
+# RecBole's transform read when the key was absent.
 KEYS_ADDED_LATER: dict[str, Any] = {"pack_tokens": False, "training_samples": "prefixes", "nce_negatives": 512,
-                                    "nce_threshold": 0.99, "block_layout": "post_ln"}
+                                    "nce_threshold": 0.99, "block_layout": "post_ln", "ft_ratio": 0.0}
 
 
 # Switches that change how fast a run computes, never what: the same outputs and the same random

@@ -38,6 +38,21 @@ def test_configs_that_never_read_it_do_not_carry_it_so_their_cache_keys_stay():
     assert cache_key(prefixes, "cpu", data=[]) == cache_key(without, "cpu", data=[])
 
 
+def test_no_fine_tuning_batches_is_the_recipe_cells_cached_before_the_key_trained():
+    """``ft_ratio: 0`` is what RecBole's transform read when the key was absent: such a config has the
+    cache key of one resolved without it, and a run directory written before the key existed resumes
+    at 0, not at today's default."""
+    from recbole_ext.runner import with_later_keys_at_former_values
+
+    explicit = resolve(TINY_DATA, ["model=SeqTransformer", "backbone=bert4rec", "ft_ratio=0.0"])
+    before = resolve(TINY_DATA, ["model=SeqTransformer", "backbone=bert4rec"])
+    del before.values["ft_ratio"]  # as resolved before 2026-12-01
+    assert cache_key(explicit, "cpu", data=[]) == cache_key(before, "cpu", data=[])
+    assert with_later_keys_at_former_values(before.as_dict())["ft_ratio"] == 0.0
+    sasrec = resolve(TINY_DATA, ["model=SeqTransformer"]).as_dict()
+    assert "ft_ratio" not in with_later_keys_at_former_values(sasrec)
+
+
 @pytest.mark.parametrize("overrides, needle", [
     (["ft_ratio=0.5"], "ft_ratio: is read by the bert4rec backbone's training on prefixes, not by backbone 'sasrec'"),
     (["backbone=bert4rec", "training_samples=windows", "ft_ratio=0.5"],
