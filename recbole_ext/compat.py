@@ -12,6 +12,7 @@ comments were measured on the project's 2-core CPU machine (``../shared/notes/re
 | :func:`save_checkpoint` / :func:`load_checkpoint` + trainer patches | torch >= 2.6 loads with ``weights_only=True``; RecBole pickles its whole ``Config`` into checkpoints, so every reload fails |
 | :func:`unique_checkpoint_file` | RecBole names checkpoints with 1-second resolution: concurrent runs overwrite each other |
 | :func:`tune_glibc_malloc` | glibc returns large activation buffers to the OS every step (page faults: ~30 % of CPU time) |
+| :func:`flush_denormals` | weights that only an L2 term moves decay to subnormal floats, on which x86 CPUs compute through microcode assists: Caser's forward 105x, its training step 27x slower (``benchmarks/denormals.py``); a Beauty validation pass went from 6.5 s to 255 s |
 | :func:`patch_model_lookup` | RecBole resolves models by name inside its own package and never finds an outside model's default YAML |
 | :func:`~recbole_ext.data.reading.patch_atomic_reader` | RecBole reads every atomic file with pandas' Python parser, before every run: ML-1M's ``create_dataset`` takes 4x the time it takes with the C parser, used where it returns the same frame (``benchmarks/startup.py``, ``tests/data/test_reading.py``) |
 | :func:`~recbole_ext.data.augmentation.patch_sequential_augmentation` | RecBole builds every prefix row of a sequential dataset in a Python loop: most of an ML-1M run's start-up (the same rows, from tensor ops: ``benchmarks/startup.py``) |
@@ -37,6 +38,7 @@ from recbole_ext.requirements import RECBOLE_VERSION  # noqa: F401  (re-exported
 CHECKPOINT_FORMAT = "recbole-ext-checkpoint/1"
 TRUST_PICKLE_ENV = "RECBOLE_EXT_TRUST_PICKLED_CHECKPOINTS"
 MALLOC_ENV = "RECBOLE_EXT_MALLOC_TUNING"
+FLUSH_DENORMALS_ENV = "RECBOLE_EXT_FLUSH_DENORMALS"
 
 
 def add_numpy2_aliases() -> None:
@@ -83,6 +85,47 @@ def tune_glibc_malloc() -> bool:
         and libc.mallopt(m_trim_threshold, 2**31 - 1)
         and libc.mallopt(m_top_pad, 64 << 20)
     )
+
+
+def flush_denormals() -> bool:
+    """Compute with subnormal floats as zero on the CPU (x86 FTZ/DAZ), in every thread started later.
+
+    A weight that only weight decay or an L2 term moves shrinks geometrically and, some epochs in,
+    becomes subnormal (below 1.2e-38 in fp32). Caser's horizontal filters behind a ReLU that stopped
+    firing are such weights: after three Beauty epochs 37% of them were below 1e-30 and 3.5% already
+    subnormal, and x86 CPUs handle each product with a subnormal through a microcode assist. With 37%
+    of the filters subnormal, the layer's forward ran 105x and its training step 27x slower at two
+    threads (``benchmarks/denormals.py``), and one validation pass took 255 s instead of 6.5 s.
+    Flushing changes values far below anything fp32 training resolves.
+
+    The flags live in each thread's control register, and OpenMP's worker threads copy it from the
+    thread that starts them, at the first parallel operation. So this must run before that, which is
+    why ``import recbole_ext`` does it; :func:`denormals_flushed_in_all_threads` tells whether it
+    reached the workers, and a CPU run's log warns when it did not. Opt out with
+    ``RECBOLE_EXT_FLUSH_DENORMALS=0``. Returns whether the flags were set (False on CPUs without them).
+    """
+    if os.environ.get(FLUSH_DENORMALS_ENV, "1") == "0":
+        return False
+    import torch
+
+    return bool(torch.set_flush_denormal(True))
+
+
+def flush_denormals_missed_threads() -> bool:
+    """Whether flushing is on (not opted out) but some intra-op thread started before it was."""
+    return os.environ.get(FLUSH_DENORMALS_ENV, "1") != "0" and not denormals_flushed_in_all_threads()
+
+
+def denormals_flushed_in_all_threads() -> bool:
+    """Whether every intra-op thread flushes subnormal results to zero.
+
+    Squares a tensor of 1e-20 large enough for ``torch`` to split it over all its threads: a thread
+    without the flags writes its share of the products as the subnormal 1e-40 instead of zero.
+    """
+    import torch
+
+    small = torch.full((1 << 22,), 1e-20)
+    return bool((small * small).count_nonzero() == 0)
 
 
 add_numpy2_aliases()  # before anything below imports RecBole's Config
@@ -399,6 +442,7 @@ def apply() -> None:
     add_numpy2_aliases()
     silence_known_warnings()
     tune_glibc_malloc()
+    flush_denormals()
     import_recbole_models_without_anomaly()
     patch_model_lookup()
     patch_trainer_checkpoints()

@@ -23,7 +23,7 @@ from recbole.utils import EvaluatorType, get_trainer
 from torch.nn.utils import clip_grad_norm_
 from tqdm import tqdm
 
-from recbole_ext import devices
+from recbole_ext import compat, devices
 from recbole_ext.compat import atomic_write_bytes
 from recbole_ext.data.bucketing import BucketedEpoch
 from recbole_ext.errors import RecboleExtError
@@ -92,7 +92,13 @@ class RunTrainerMixin:
     def __init__(self, config, model, run_dir: Path | None = None):
         super().__init__(config, model)
         self.bf16 = bool(config["bf16"]) if "bf16" in config else False
-        if self.bf16 and torch.device(self.device).type == "cpu":
+        on_cpu = torch.device(self.device).type == "cpu"
+        if on_cpu and compat.flush_denormals_missed_threads():
+            self.logger.warning("some of torch's CPU threads compute on subnormal floats (torch ran a parallel "
+                                "operation before recbole_ext was imported): weights that decay towards zero can "
+                                "then slow training many times over (benchmarks/denormals.py); import "
+                                "recbole_ext before any torch operation")
+        if self.bf16 and on_cpu:
             if devices.cpu_lacks_bf16_kernels():
                 self.logger.warning("bf16=true: this CPU has no bf16 matrix kernels (oneDNN needs AVX-512), so bfloat16 "
                                     "autocast trains many times slower than fp32 here (docs/performance.md); "

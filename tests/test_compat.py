@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -144,6 +145,29 @@ for _ in range(12):
 # The median ignores the first steps and the odd step where the heap still grows.
 print(statistics.median(per_step[2:]))
 """
+
+
+SUBNORMAL_PROBE = """
+import sys, torch
+if sys.argv[1] == "after-torch-ran":
+    torch.randn(1 << 22).mul(2).sum()  # starts torch's OpenMP threads before recbole_ext is imported
+import recbole_ext
+from recbole_ext.compat import denormals_flushed_in_all_threads
+print(denormals_flushed_in_all_threads())
+"""
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="FTZ/DAZ are x86 flags")
+@pytest.mark.parametrize("import_when, opt_out, flushed", [
+    ("first", "1", True),
+    ("first", "0", False),           # RECBOLE_EXT_FLUSH_DENORMALS=0 keeps IEEE subnormals
+    ("after-torch-ran", "1", False),  # the worker threads predate the flags: the trainer warns
+])
+def test_importing_recbole_ext_flushes_subnormals_in_every_cpu_thread(import_when, opt_out, flushed):
+    env = {**os.environ, "OMP_NUM_THREADS": "2", compat.FLUSH_DENORMALS_ENV: opt_out}
+    out = subprocess.run([sys.executable, "-c", SUBNORMAL_PROBE, import_when], capture_output=True, text=True,
+                         env=env, check=True)
+    assert out.stdout.strip().splitlines()[-1] == str(flushed)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc allocator only")

@@ -112,6 +112,17 @@ def test_bf16_on_a_cpu_without_bf16_kernels_warns_in_the_runs_log(in_tmp, monkey
     assert "bf16 matrix kernels" not in log
 
 
+def test_a_cpu_run_whose_threads_keep_subnormals_warns_in_the_runs_log(in_tmp, monkeypatch):
+    from recbole_ext import compat
+
+    monkeypatch.setattr(compat, "flush_denormals_missed_threads", lambda: True)
+    log = (run(TINY_CONFIG, ["epochs=1"]).run_dir / "run.log").read_text()
+    assert "some of torch's CPU threads compute on subnormal floats" in log
+    monkeypatch.setattr(compat, "flush_denormals_missed_threads", lambda: False)
+    log = (run(TINY_CONFIG, ["epochs=1"]).run_dir / "run.log").read_text()
+    assert "subnormal" not in log
+
+
 def test_existing_run_directory_is_never_overwritten(in_tmp):
     run(TINY_CONFIG, ["epochs=1", "run_name=fixed"])
     from recbole_ext.errors import ConfigError
