@@ -106,14 +106,13 @@ def flush_denormals() -> bool:
     """
     if os.environ.get(FLUSH_DENORMALS_ENV, "1") == "0":
         return False
-    import torch
-
     return bool(torch.set_flush_denormal(True))
 
 
 def flush_denormals_missed_threads() -> bool:
-    """Whether flushing is on (not opted out) but some intra-op thread started before it was."""
-    return os.environ.get(FLUSH_DENORMALS_ENV, "1") != "0" and not denormals_flushed_in_all_threads()
+    """Whether this CPU flushes (and the user did not opt out) but some intra-op thread started before
+    the flags were set; setting them again here reaches only the calling thread."""
+    return flush_denormals() and not denormals_flushed_in_all_threads()
 
 
 def denormals_flushed_in_all_threads() -> bool:
@@ -122,8 +121,6 @@ def denormals_flushed_in_all_threads() -> bool:
     Squares a tensor of 1e-20 large enough for ``torch`` to split it over all its threads: a thread
     without the flags writes its share of the products as the subnormal 1e-40 instead of zero.
     """
-    import torch
-
     small = torch.full((1 << 22,), 1e-20)
     return bool((small * small).count_nonzero() == 0)
 
