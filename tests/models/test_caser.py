@@ -86,3 +86,36 @@ def test_caserext_trains_and_scores_as_recbole_caser_from_the_same_weights(in_tm
     with torch.no_grad():
         torch.testing.assert_close(ours.full_sort_predict(interaction), stock.full_sort_predict(interaction),
                                    atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length, shortest", [(20, 0), (12, 0), (12, 9), (3, 0), (3, 2)])
+def test_features_from_each_sequence_s_own_windows_are_recbole_s(length, shortest):
+    """With the item ids, short sequences take the padding-suffix path and long ones the grouped
+    convolutions over fewer starts: the features and the gradients of the embedding table and every
+    filter are those of a convolution per height over all windows. Float64, so only the order of the
+    sums differs; lengths from ``shortest`` to full (only lengths above L/2: no bucket of short
+    sequences before the full ones at 9), and ids of 0 inside a sequence (left padding)."""
+    torch.manual_seed(0)
+    dim, n_filters, batch = 5, 3, 40
+    convs = nn.ModuleList(nn.Conv2d(1, n_filters, (height, dim)) for height in range(1, length + 1)).double()
+    embedding = nn.Embedding(30, dim, padding_idx=0).double()
+    with torch.no_grad():
+        embedding.weight[0].normal_()   # RecBole's initialisation overwrites the zero padding row
+    generator = torch.Generator().manual_seed(1)
+    filled = torch.randint(shortest, length + 1, (batch,), generator=generator)
+    filled[0] = length
+    item_seq = torch.randint(1, 30, (batch, length), generator=generator) * (torch.arange(length) < filled.unsqueeze(1))
+    item_seq[::7, 0] = 0
+    weights = torch.randn(n_filters * length, dtype=torch.float64)
+
+    def features_and_gradients(features_of):
+        embedding.zero_grad(), convs.zero_grad()
+        features = features_of(embedding(item_seq))
+        (features * weights).sum().backward()
+        return features.detach(), [embedding.weight.grad.clone()] + [p.grad.clone() for p in convs.parameters()]
+
+    expected, expected_grads = features_and_gradients(lambda emb: recbole_horizontal_features(emb, convs))
+    got, grads = features_and_gradients(lambda emb: horizontal_features(emb, convs, item_seq=item_seq))
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-12)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-12, rtol=1e-12)
