@@ -12,8 +12,8 @@ windows from its own length (``models/caser.py``); how much that saves depends o
 they come from a dataset.
 
 ``--sequences``: an S3-Rec sequence file (``user item item ...`` per line, oldest first; default
-Clothing from ``../shared/datasets``) or a RecBole ``.inter`` atomic file (default when the first is
-missing: ml-100k from the recbole wheel). Each user of m items gives RecBole's leave-one-out training
+Clothing from ``../shared/datasets``) or a RecBole ``.inter`` atomic file (``ml-100k``: the recbole
+wheel's, also the default where the first is missing). Each user of m items gives RecBole's leave-one-out training
 prefixes, lengths 1..m − 3, capped at L; batches draw from them uniformly, as a shuffled loader does.
 Timed: forward + backward of the layer alone (d 64, 8 filters per height, fearec-t2's batch 256), the
 median over ``--steps`` after one warm-up per variant and round; rounds alternate the variant order,
@@ -41,12 +41,18 @@ LENGTH, DIM, FILTERS_PER_HEIGHT, N_ITEMS = 50, 64, 8, 1000
 VARIANTS = ("recbole", "all_windows", "own_windows")
 
 
-def default_sequences() -> Path:
-    if CLOTHING.exists():
-        return CLOTHING
+def ml100k_inter() -> Path:
     import recbole
 
     return Path(recbole.__file__).parent / "dataset_example" / "ml-100k" / "ml-100k.inter"
+
+
+def resolve_sequences(given: Path | None) -> Path:
+    """``--sequences``: a path, ``ml-100k`` (the recbole wheel's copy), or by default Clothing where
+    ../shared/datasets has it and ml-100k where not."""
+    if given is None:
+        return CLOTHING if CLOTHING.exists() else ml100k_inter()
+    return ml100k_inter() if str(given) == "ml-100k" else given
 
 
 def user_sequence_lengths(path: Path) -> list[int]:
@@ -122,7 +128,7 @@ def time_variants(batches, steps: int, rounds: int, seed: int = 0) -> list[dict]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sequences", type=Path, default=None, help="S3-Rec sequence file or RecBole .inter file")
+    parser.add_argument("--sequences", type=Path, default=None, help="S3-Rec sequence file, RecBole .inter file, or ml-100k")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--batch", type=int, default=256, help="sequences per step (fearec-t2's train_batch_size)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per variant and round, after one warm-up")
@@ -132,7 +138,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.batch, args.steps, args.rounds = 8, 1, 1
-    sequences = args.sequences or default_sequences()
+    sequences = resolve_sequences(args.sequences)
     if not sequences.exists():
         raise SystemExit(f"benchmarks/caser_lengths.py: {sequences}: no such sequence file")
 

@@ -31,6 +31,8 @@ def test_prefix_lengths_are_recbole_s_leave_one_out_training_samples(caser_lengt
     # 5 items: targets 2..3 from prefixes of 1 and 2; 4 items: one prefix; 3 or fewer: none
     assert caser_lengths.training_prefix_lengths([5, 4, 3, 2]) == [1, 2, 1]
     assert caser_lengths.training_prefix_lengths([60], cap=50)[-8:] == [50] * 8
+    assert caser_lengths.resolve_sequences(Path("ml-100k")).name == "ml-100k.inter"
+    assert caser_lengths.resolve_sequences(s3rec) == s3rec
 
 
 def test_every_variant_is_timed_on_batches_padded_to_their_drawn_lengths(caser_lengths):
