@@ -42,3 +42,15 @@ def test_every_variant_is_timed_on_batches_padded_to_their_drawn_lengths(caser_l
     rounds = caser_lengths.time_variants(batches, steps=1, rounds=2)
     assert [sorted(r) for r in rounds] == [sorted(caser_lengths.VARIANTS)] * 2
     assert all(seconds > 0 for r in rounds for seconds in r.values())
+
+
+def test_a_missing_or_too_short_sequence_file_exits_with_one_line_naming_it(caser_lengths, tmp_path, monkeypatch):
+    missing = tmp_path / "Nowhere.txt"
+    monkeypatch.setattr(sys, "argv", ["caser_lengths.py", "--sequences", str(missing), "--quick"])
+    with pytest.raises(SystemExit, match=rf"{missing}: no such sequence file"):
+        caser_lengths.main()
+    short = tmp_path / "Short.txt"
+    short.write_text("1 5 6 7\n2 3 4\n")
+    monkeypatch.setattr(sys, "argv", ["caser_lengths.py", "--sequences", str(short), "--quick"])
+    with pytest.raises(SystemExit, match=rf"{short}: no user has more than 3 items"):
+        caser_lengths.main()
