@@ -162,10 +162,9 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
                 status = "missing-data"
             else:
                 status, reason = "not run", "no finished run yet"
-            elsewhere = sorted({spec.where(record["key"]) for spec, record in found
-                                if record and record["key"] != spec.key})
-            if elsewhere:  # the table's hardware and precision lines are this call's: say how these ran
-                reason = f"trained on {', '.join(elsewhere)}"
+            if any(record and record["key"] != spec.key for spec, record in found):
+                # the table's hardware and precision lines are this call's: say how these ran
+                reason = f"trained on {_placements(found)}"
         # committed tables name no home directory: the data checks' messages hold absolute paths
         reason = reason.replace(f"{Path.cwd()}/", "")
         for index, metric in enumerate(table.metrics):
@@ -178,6 +177,21 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             lines.append(line)
     _fill_directions(lines)
     return Collected(lines, _most_first(counts), _most_first(precisions))
+
+
+def _placements(found: list) -> str:
+    """Where a cell's finished runs trained, other than at this call's own key: "cuda:H200", or
+    with counts, "cpu with bf16 autocast for 2 of 3 runs", once the seeds did not all train alike
+    (a third seed added in fp32 to two bf16 ones must not read as three bf16 runs)."""
+    finished = [(spec, record) for spec, record in found if record]
+    counts: dict[str, int] = {}
+    for spec, record in finished:
+        if record["key"] != spec.key:
+            label = spec.where(record["key"])
+            counts[label] = counts.get(label, 0) + 1
+    if len(counts) == 1 and sum(counts.values()) == len(finished):
+        return next(iter(counts))
+    return ", ".join(f"{label} for {count} of {len(finished)} runs" for label, count in sorted(counts.items()))
 
 
 def _most_first(counts: dict[str, int]) -> dict[str, int]:

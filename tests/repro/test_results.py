@@ -59,9 +59,10 @@ def test_a_measurement_from_runs_on_two_devices_is_not_averaged_and_says_why(pla
     assert base["Recall@10"].ours == pytest.approx([10.0, 12.0])
     assert base["Train (s/epoch)"].ours == []
     assert base["Train (s/epoch)"].reason == \
-        f"trained on {GPU}; Train (s/epoch) not averaged across {GPU}, {THIS_SETTING}"
+        f"trained on {GPU} for 1 of 2 runs; Train (s/epoch) not averaged across {GPU}, {THIS_SETTING}"
     assert {setting.placement for setting in base["Train (s/epoch)"].measured_on} == {GPU, THIS_SETTING}
     assert sinusoidal["Train (s/epoch)"].ours == [3.0, 3.0]
+    assert sinusoidal["Recall@10"].reason == f"trained on {GPU}"  # both seeds there: no counts
     assert sinusoidal["Train (s/epoch)"].ours_gain is None  # against a mixed Base: no direction
     assert sinusoidal["Recall@10"].ours_gain == pytest.approx(12.0 / 11.0 - 1)
 
