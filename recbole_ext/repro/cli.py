@@ -25,9 +25,10 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument("--seeds", type=int, default=1, help="runs per cell, seeds from the table's seed upward")
     parser.add_argument("--budget", choices=("paper", "quick"), default="paper",
                         help="paper: the paper's epochs and early stopping; quick: a smoke test (not a reproduction)")
-    parser.add_argument("--use-data", action="append", default=[], metavar="COLUMN=CONFIG",
-                        help="run a column on another dataset config (e.g. ML-1M=base/ml100k.yaml); "
-                             "labelled as substituted data in every output")
+    parser.add_argument("--use-data", action="append", default=[], metavar="COLUMN[:ROW]=CONFIG",
+                        help="run a column on another dataset config (e.g. ML-1M=base/ml100k.yaml), or one row "
+                             "of it (ML-1M:fdsa=base/ml100k_items.yaml, for rows that read item features); "
+                             "repeatable; labelled as substituted data in every output")
     parser.add_argument("--parallel", type=int, default=0, metavar="N", help="run N cells at once through local Ray")
     parser.add_argument("--address", help="run cells on this Ray cluster (ray://host:port or auto)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"where <table>.md/.csv/.png and records/ (one small "
@@ -49,12 +50,17 @@ def add_reproduce_command(commands) -> None:
 
 
 def _use_data(entries: list[str]) -> dict[str, str]:
+    """``--use-data`` entries as ``plan.plan_table`` takes them: ``COLUMN`` or ``COLUMN:ROW`` → config."""
     mapping = {}
     for entry in entries:
-        column, sep, config = entry.partition("=")
-        if not sep or not column or not config:
-            raise ConfigError(f"--use-data {entry!r}: expected COLUMN=CONFIG, e.g. ML-1M=base/ml100k.yaml")
-        mapping[column] = config
+        target, sep, config = entry.partition("=")
+        column, _, row = target.partition(":")
+        if not sep or not column or not config or (":" in target and not row):
+            raise ConfigError(f"--use-data {entry!r}: expected COLUMN=CONFIG or COLUMN:ROW=CONFIG, "
+                              f"e.g. ML-1M=base/ml100k.yaml")
+        if target in mapping and mapping[target] != config:
+            raise ConfigError(f"--use-data {target}: given twice ({mapping[target]} and {config})")
+        mapping[target] = config
     return mapping
 
 

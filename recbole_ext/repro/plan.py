@@ -159,6 +159,19 @@ def select(table: Table, datasets: list[str] | None = None, models: list[str] | 
     return rows, columns
 
 
+def substitute_for(use_data: dict[str, str] | None, row: Row, column: Column) -> str:
+    """The dataset config ``--use-data`` puts in place of the column's for this row ('' for none).
+
+    A row's own entry (``COLUMN:ROW``) comes before the column's (``COLUMN``): rows that read item
+    features need a config that loads them, and giving every row that config would change the keys
+    (and so retrain) the rows that read none."""
+    for target, config in (use_data or {}).items():
+        label, _, row_name = target.partition(":")
+        if label == column.label and row_name and _match([row_name], row.id, row.label):
+            return config
+    return (use_data or {}).get(column.label, "")
+
+
 def _side_files_problem(resolved, row: Row) -> str:
     """Why the item/user feature files the row reads are missing ('' when they are there)."""
     from recbole_ext.data.checks import BUNDLED_WITH_RECBOLE
@@ -216,8 +229,8 @@ def plan_cell(table: Table, row: Row, column: Column, seeds: list[int], budget: 
 
     memo = {} if memo is None else memo
 
-    config_name = (use_data or {}).get(column.label) or column.config
-    data_label = (use_data or {}).get(column.label, "")
+    data_label = substitute_for(use_data, row, column)
+    config_name = data_label or column.config
     if table.kind == "statistics":  # counted from the preset's atomic files, nothing to train
         if not column.preset:
             return Cell(row, column, "missing-data", column.missing)
@@ -309,10 +322,19 @@ def plan_table(table: Table, runs_dir: Path, datasets: list[str] | None = None, 
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     labels = [c.label for c in table.columns]
-    for label in use_data or {}:
+    for target in use_data or {}:
+        label, _, row_name = target.partition(":")
         if label not in labels:
-            raise ConfigError(f"--use-data {label}=...: table {table.name} has no column {label!r} "
+            raise ConfigError(f"--use-data {target}=...: table {table.name} has no column {label!r} "
                               f"(columns: {', '.join(labels)})")
+        if row_name:
+            column = table.columns[labels.index(label)]
+            in_column = [r for r in table.rows if _row_in_column(r, column)]
+            if not any(_match([row_name], r.id, r.label) for r in in_column):
+                names = {n.lower(): n for r in in_column for n in (r.id, r.label)}
+                raise ConfigError(f"--use-data {target}=...: column {label} of table {table.name} has no row "
+                                  f"{row_name!r}{did_you_mean(row_name, names.values())}; it has: "
+                                  f"{', '.join(r.label for r in in_column)}")
     rows, columns = select(table, datasets, models)
     first_seed = int(table.training.get("seed", 2020))
     seed_list = [first_seed + i for i in range(seeds)]

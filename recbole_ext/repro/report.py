@@ -97,6 +97,11 @@ def _labels(line: Line, info: RunInfo) -> list[str]:
     return labels
 
 
+def _substitutes(lines: list[Line]) -> str:
+    """Every config that ``--use-data`` put in place of a column's, in row order ('' for none)."""
+    return ", ".join(dict.fromkeys(l.data_label for l in lines if l.data_label))
+
+
 def _digits(table: Table) -> int:
     return 2 if table.scale != 1 or table.kind != "metrics" else 4
 
@@ -136,7 +141,7 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
     inconsistent = {cell: found for cell, found in published_inconsistencies(table).items() if found}
     for column in dict.fromkeys(l.column for l in lines):
         column_lines = [l for l in lines if l.column == column]
-        substituted = next((l.data_label for l in column_lines if l.data_label), "")
+        substituted = _substitutes(column_lines)
         heading = f"\n## {column}" + (f" — data: {substituted} ({SUBSTITUTED_LABEL})" if substituted else "")
         out.write(heading + "\n\n")
         out.write("| row | metric | published | ours (mean ± std) | Δ abs | Δ rel | vs | paper gain | our gain | "
@@ -239,7 +244,7 @@ def write_png(table: Table, lines: list[Line], info: RunInfo, path: Path) -> Non
     for axis, (column, metric) in zip(axes.flat, panels):
         panel = [l for l in lines if l.column == column and l.metric.label == metric]
         draw_panel(axis, panel)
-        substituted = next((l.data_label for l in panel if l.data_label), "")
+        substituted = _substitutes(panel)
         axis.set_title(f"{column}{' [data: ' + substituted + ']' if substituted else ''} — {metric}", fontsize=8)
     axes.flat[0].legend(fontsize=7)
     title = f"{table.paper} {table.title}"

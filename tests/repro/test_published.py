@@ -211,3 +211,45 @@ def test_a_selection_name_that_matches_nothing_is_an_error_even_beside_good_ones
         select(table, datasets=["Beuty"], models=["sasrec"])
     rows, columns = select(table, datasets=["beauty", "fearec-sports"], models=["SASRec", "duorec"])
     assert [r.id for r in rows] == ["sasrec", "duorec"] and [c.label for c in columns] == ["Beauty", "Sports"]
+
+
+def test_use_data_for_one_row_overrides_the_columns_substitute_for_that_row_alone(tmp_path):
+    """Rows that read item features take a config that loads them (``COLUMN:ROW=CONFIG``); the
+    others keep the column's substitute, so their cache keys (and finished runs) stay as they were."""
+    from recbole_ext.repro.cli import _use_data
+    from recbole_ext.repro.plan import plan_table
+
+    table = load_table("linrec-t2")
+    column_only = _use_data(["ML-1M=base/ml100k.yaml"])
+    with_rows = _use_data(["ML-1M=base/ml100k.yaml", "ML-1M:FDSA=base/ml100k_items.yaml",
+                           "ML-1M:sasrecf+linrec=base/ml100k_items.yaml"])
+    plan = dict(datasets=["ML-1M"], models=["sasrec", "fdsa", "sasrecf+linrec"], budget="quick", device="cpu")
+    before = {c.row.id: c for c in plan_table(table, tmp_path, use_data=column_only, memo=_MEMO, **plan)}
+    after = {c.row.id: c for c in plan_table(table, tmp_path, use_data=with_rows, memo=_MEMO, **plan)}
+    assert before["fdsa"].state == "error" and "load_col" in before["fdsa"].reason
+    assert after["fdsa"].state == after["sasrecf+linrec"].state == "runnable"
+    assert after["fdsa"].data_label == "base/ml100k_items.yaml" and after["sasrec"].data_label == "base/ml100k.yaml"
+    assert after["sasrec"].runs[0].key == before["sasrec"].runs[0].key
+
+
+@pytest.mark.parametrize("entries,message", [
+    (["ML-1M:FDSB=base/ml100k_items.yaml"], r"--use-data ML-1M:FDSB=\.\.\.: column ML-1M of table linrec-t2 has "
+                                             r"no row 'FDSB' \(did you mean 'FDSA'\?\); it has: BERT4Rec, "),
+    (["Gowala:fdsa=base/ml100k_items.yaml"], r"table linrec-t2 has no column 'Gowala'"),
+])
+def test_use_data_for_a_row_or_column_that_is_not_there_names_it(entries, message, tmp_path):
+    from recbole_ext.repro.cli import _use_data
+    from recbole_ext.repro.plan import plan_table
+
+    with pytest.raises(ConfigError, match=message):
+        plan_table(load_table("linrec-t2"), tmp_path, use_data=_use_data(entries), device="cpu", memo=_MEMO)
+
+
+@pytest.mark.parametrize("entry", ["ML-1M:=base/ml100k.yaml", "ML-1M", "=base/ml100k.yaml"])
+def test_a_malformed_use_data_entry_is_one_clear_error(entry):
+    from recbole_ext.repro.cli import _use_data
+
+    with pytest.raises(ConfigError, match=r"expected COLUMN=CONFIG or COLUMN:ROW=CONFIG"):
+        _use_data([entry])
+    with pytest.raises(ConfigError, match=r"--use-data ML-1M: given twice"):
+        _use_data(["ML-1M=base/ml100k.yaml", "ML-1M=base/ml100k_items.yaml"])
