@@ -137,7 +137,8 @@ def write_markdown(table: Table, lines: list[Line], info: RunInfo, path: Path) -
                   f"printed {erratum.get('printed')}, used {erratum.get('used', '–')} — {erratum.get('note', '')}\n")
     out.write("\nDifferences are ours − published; *direction* compares the sign of (row − compared row) "
               "in the paper and in ours; p: Welch's t-test of the row's seeds against the compared row's "
-              "(given from two seeds a side), below 0.05 when our difference is unlikely to be seed noise.\n")
+              "(given from two seeds a side), below 0.05 when our difference is unlikely to be seed noise; our gain "
+              "and p use the seeds both rows ran.\n")
     inconsistent = {cell: found for cell, found in published_inconsistencies(table).items() if found}
     for column in dict.fromkeys(l.column for l in lines):
         column_lines = [l for l in lines if l.column == column]

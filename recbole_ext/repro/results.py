@@ -15,6 +15,12 @@ method over its base, or of the full model over an ablation); it *holds* when ou
 With two seeds or more on both sides, ``p_value`` is Welch's t-test of the row's seeds against the
 compared row's: whether our sign is more than seed noise (a one-seed "holds" cannot say).
 
+Our gain and its test use the seeds both rows ran. A row with two seeds compared with a base
+that has one so far would otherwise set a two-seed mean against a one-seed one, and the gain would
+mix the method's effect with the extra seed's luck. The cell's own mean ± std still covers all
+its seeds, and its reason names the seeds the gain came from. Rows that share no seed (only
+possible with records brought from elsewhere) fall back to comparing their means.
+
 Measurements (``DEVICE_BOUND_KEYS``) belong to the device, CPU model and precision a run trained at, and runs
 of other settings stand in for a cell's metrics (``RunSpec.keys_elsewhere``): a measurement is
 averaged only over runs of one setting, and compared only with a row measured in the same one. A
@@ -63,6 +69,7 @@ class Line:
     ours_gain: float | None = None
     measured_on: frozenset[Setting] | None = None  # DEVICE_BOUND_KEYS: the settings ``ours`` came from
     p_value: float | None = None  # Welch's t-test, ours against compare_to's (>= 2 seeds each)
+    seeds: list[int] = field(default_factory=list)  # the seed of each of ``ours``, where known
 
     @property
     def mean(self) -> float | None:
@@ -140,6 +147,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
     precisions: dict[str, int] = {}
     for cell in cells:
         per_run: list[dict[str, float]] = []
+        run_seeds: list[int] = []  # the seed each of per_run trained with
         settings: list[Setting] = []  # where each of per_run trained
         status, reason = cell.state, cell.reason
         if table.kind == "statistics" and cell.column.preset:  # counted here, else read from records/statistics/
@@ -150,6 +158,7 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
             found = [(spec, find_record(records, spec)) for spec in cell.runs]
             finished = [record for _, record in found if record]
             per_run = [record_values(record, table.scale) for record in finished]
+            run_seeds = [spec.seed for spec, record in found if record]
             settings = [Setting(spec.where(record["key"]) or THIS_SETTING, record_hardware(record))
                         for spec, record in found if record]
             for setting in settings:
@@ -169,9 +178,11 @@ def collect(table: Table, cells: list[Cell], records: Path, data_path: str = STA
         reason = reason.replace(f"{Path.cwd()}/", "")
         for index, metric in enumerate(table.metrics):
             published = cell.row.published.get(cell.column.label, (None,) * len(table.metrics))[index]
-            ours = [values[metric.key] for values in per_run if metric.key in values]
-            line = Line(cell.column.label, cell.row.id, cell.row.label, metric, published, ours, status, reason,
-                        cell.data_label, cell.row.compare_to)
+            measured = [(seed, values[metric.key]) for seed, values in zip(run_seeds or [None] * len(per_run), per_run)
+                        if metric.key in values]  # statistics are counted once, from no seed
+            line = Line(cell.column.label, cell.row.id, cell.row.label, metric, published,
+                        [value for _, value in measured], status, reason, cell.data_label, cell.row.compare_to,
+                        seeds=[seed for seed, _ in measured if seed is not None])
             if metric.key in DEVICE_BOUND_KEYS and settings:
                 _keep_one_setting(line, [where for where, values in zip(settings, per_run) if metric.key in values])
             lines.append(line)
@@ -202,7 +213,7 @@ def _keep_one_setting(line: Line, settings: list[Setting]) -> None:
     """A measurement from runs of several settings is no value: empty it, and say which they were."""
     line.measured_on = frozenset(settings)
     if len(line.measured_on) > 1:
-        line.ours = []
+        line.ours, line.seeds = [], []
         placements = {setting.placement for setting in line.measured_on}
         if len(placements) == 1:  # one device and precision, several CPU models
             which = "the CPU models " + ", ".join(sorted(setting.hardware for setting in line.measured_on))
@@ -225,9 +236,26 @@ def _fill_directions(lines: list[Line]) -> None:
             line.published_gain = (line.published - base.published) / abs(base.published)
         if line.measured_on != base.measured_on:  # a measurement on another device or precision
             continue
-        if line.mean is not None and base.mean:
-            line.ours_gain = (line.mean - base.mean) / abs(base.mean)
-            line.p_value = welch_p_value(line.ours, base.ours)
+        ours, theirs = _on_shared_seeds(line, base)
+        if ours and statistics.fmean(theirs):
+            base_mean = statistics.fmean(theirs)
+            line.ours_gain = (statistics.fmean(ours) - base_mean) / abs(base_mean)
+            line.p_value = welch_p_value(ours, theirs)
+
+
+def _on_shared_seeds(line: Line, base: Line) -> tuple[list[float], list[float]]:
+    """The values of ``line`` and ``base`` at the seeds both ran, and a note on ``line`` saying so
+    when either has seeds the other lacks; all values where the seeds are unknown or not shared."""
+    mine, theirs = dict(zip(line.seeds, line.ours)), dict(zip(base.seeds, base.ours))
+    if (len(mine), len(theirs)) != (len(line.ours), len(base.ours)) or mine.keys() == theirs.keys():
+        return line.ours, base.ours
+    shared = sorted(mine.keys() & theirs.keys())
+    if not shared:
+        return line.ours, base.ours
+    which = ", ".join(map(str, shared))
+    note = f"gain over seed{'s' if len(shared) > 1 else ''} {which}, the one{'s' if len(shared) > 1 else ''} both rows ran"
+    line.reason = f"{line.reason}; {note}" if line.reason else note
+    return [mine[seed] for seed in shared], [theirs[seed] for seed in shared]
 
 
 def welch_p_value(ours: list[float], base: list[float]) -> float | None:

@@ -118,6 +118,7 @@ def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_
     assert sinusoidal.direction_holds is True
     assert sinusoidal.p_value == pytest.approx(welch_p_value([11.0, 14.0], [10.0, 12.0]))
     assert lines_by(lines, "base")["Recall@10"].p_value is None  # compared to nothing
+    assert sinusoidal.reason == ""  # the same seeds on both sides: nothing to say
     from recbole_ext.repro.report import RunInfo, write_csv, write_markdown
 
     info = RunInfo(command="test", budget="quick", seeds=2, bf16=False, hardware="cpu", date="today", wall_time_s=0)
@@ -127,6 +128,31 @@ def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_
     with open(tmp_path / "table.csv") as handle:
         (line,) = [l for l in csv.DictReader(handle) if l["row"] == "sinusoidal" and l["metric"] == "Recall@10"]
     assert float(line["p_value"]) == pytest.approx(sinusoidal.p_value)
+
+
+def test_a_gain_against_a_row_with_fewer_seeds_uses_the_seeds_both_ran_and_says_so(planned, tmp_path):
+    """Sinusoidal has both seeds, Base only the first so far: the gain sets sinusoidal's first seed
+    against Base's (not a two-seed mean against a one-seed one), while the cell still shows the mean
+    of both its seeds. Base, compared to nothing, carries no note."""
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    write_record(records, runs["base"][0].key, 0.10, 3.0)
+    for spec, recall in zip(runs["sinusoidal"], (0.09, 0.15)):  # a two-seed mean of 12.0 would read as a gain
+        write_record(records, spec.key, recall, 3.0)
+    lines = collect(table, cells, records).lines
+    sinusoidal = lines_by(lines, "sinusoidal")["Recall@10"]
+
+    assert sinusoidal.mean == pytest.approx(12.0) and sinusoidal.seeds == [spec.seed for spec in runs["sinusoidal"]]
+    assert sinusoidal.ours_gain == pytest.approx(9.0 / 10.0 - 1)
+    assert sinusoidal.direction_holds is False and sinusoidal.p_value is None  # one shared seed: no test
+    first = runs["sinusoidal"][0].seed
+    assert sinusoidal.reason == f"gain over seed {first}, the one both rows ran"
+    assert lines_by(lines, "base")["Recall@10"].reason == ""
+    from recbole_ext.repro.report import RunInfo, write_markdown
+
+    info = RunInfo(command="test", budget="quick", seeds=2, bf16=False, hardware="cpu", date="today", wall_time_s=0)
+    write_markdown(table, lines, info, tmp_path / "table.md")
+    assert f"| done (gain over seed {first}, the one both rows ran) |" in (tmp_path / "table.md").read_text()
 
 
 def test_a_tie_has_no_direction(planned, tmp_path):
