@@ -237,8 +237,10 @@ def _fill_directions(lines: list[Line]) -> None:
         if line.measured_on != base.measured_on:  # a measurement on another device or precision
             continue
         ours, theirs = _on_shared_seeds(line, base)
-        if ours and statistics.fmean(theirs):
-            base_mean = statistics.fmean(theirs)
+        if not (ours and theirs):  # either row not run yet (rows train in any order)
+            continue
+        base_mean = statistics.fmean(theirs)
+        if base_mean:
             line.ours_gain = (statistics.fmean(ours) - base_mean) / abs(base_mean)
             line.p_value = welch_p_value(ours, theirs)
 

@@ -279,3 +279,17 @@ def test_a_reason_names_paths_below_the_working_directory_relative_to_it(tmp_pat
     lines = collect(table, cells[:1], tmp_path / "records").lines
     assert {line.reason for line in lines} == \
         {"configs/datasets/x.yaml:4: needs dataset_atomic/x/x.inter; or /elsewhere/x"}
+
+
+def test_a_row_whose_compared_row_has_not_run_has_no_gain(planned, tmp_path):
+    """The method row finished before its base (a reproduction trains rows in any order): its cell
+    shows its values, and the gain and direction stay empty until the base has some."""
+    table, runs, cells = planned
+    records = tmp_path / "records"
+    for spec, recall in zip(runs["sinusoidal"], (0.09, 0.15)):
+        write_record(records, spec.key, recall, 3.0)
+    lines = collect(table, cells, records).lines
+    sinusoidal = lines_by(lines, "sinusoidal")["Recall@10"]
+    assert sinusoidal.mean == pytest.approx(12.0) and lines_by(lines, "base")["Recall@10"].mean is None
+    assert sinusoidal.ours_gain is None and sinusoidal.direction_holds is None and sinusoidal.p_value is None
+    assert sinusoidal.reason == ""
