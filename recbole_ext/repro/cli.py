@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import shlex
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 from recbole_ext.errors import ConfigError
@@ -34,6 +36,10 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"where <table>.md/.csv/.png and records/ (one small "
                                                            f"file per finished run) go (default: {DEFAULT_OUT})")
     parser.add_argument("--cache", help="run cache: one run directory per config hash (default: OUT/runs)")
+    parser.add_argument("--records-from", action="append", default=[], metavar="DIR",
+                        help="also count the runs recorded in DIR (another --out folder or its records/, e.g. "
+                             "docs/results/ml100k on a fresh machine) as finished: their records that OUT/records "
+                             "lacks are copied into it first (--dry-run and --list only read them); repeatable")
     parser.add_argument("--bf16", action="store_true",
                         help="train the runs it starts under bf16 autocast (evaluation stays fp32): steps 1.8x "
                              "faster on CPUs with AMX (docs/performance.md: metrics within seed noise), refused on CPUs "
@@ -105,6 +111,34 @@ def cache_dir(args) -> Path:
     return Path(args.cache) if args.cache else Path(args.out) / "runs"
 
 
+@contextmanager
+def gathered_records(args, writes: bool = True):
+    """OUT/records with the records of each ``--records-from`` folder it lacks. The run cache does
+    not survive a machine, so without this a fresh one must copy the committed records into OUT
+    by hand before training a row's next seed, or it trains the recorded seeds again. Copied, not
+    read in place, so OUT's tables name only records OUT holds; a command that writes nothing
+    (``--dry-run``, ``--list``) reads a temporary merged copy and leaves OUT as it was."""
+    from recbole_ext.repro.records import merge_records, records_dir, records_source
+
+    records = records_dir(args.out)
+    sources = [records_source(folder) for folder in args.records_from]
+    if not sources:
+        yield records
+        return
+    if writes:
+        for source in sources:
+            copied, kept = merge_records(source, records)
+            differing = f"; {kept} differing from OUT's kept as they were" if kept else ""
+            print(f"records: {copied} copied from {source} into {records}{differing}")
+        yield records
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        merged = Path(scratch) / "records"
+        for source in [records, *sources]:
+            merge_records(source, merged)
+        yield merged
+
+
 def command_text(args) -> str:
     """The command line that wrote this report (for its header)."""
     parts = ["recbole-ext", "reproduce", args.table]
@@ -124,12 +158,19 @@ def command_text(args) -> str:
         parts += ["--out", args.out]
     if args.cache:
         parts += ["--cache", args.cache]
+    for folder in getattr(args, "records_from", []):
+        parts += ["--records-from", folder]
     if getattr(args, "report_only", False):
         parts += ["--report-only"]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def command_list(args) -> int:
+    with gathered_records(args, writes=False) as records:
+        return _list_tables(args, records)
+
+
+def _list_tables(args, records: Path) -> int:
     """Every table (or every cell of one), with its state here and, for runnable cells, how many of
     their ``--seeds`` runs are finished in the cache or recorded under ``--out``, and how far each
     half-trained one got."""
@@ -137,11 +178,10 @@ def command_list(args) -> int:
     from recbole_ext.repro.consistency import published_inconsistencies
     from recbole_ext.repro.execute import finished_runs, half_trained
     from recbole_ext.repro.plan import plan_table
-    from recbole_ext.repro.records import records_dir
     from recbole_ext.repro.report import INCONSISTENT_MARK
     from recbole_ext.repro.tables import all_tables, load_table
 
-    runs_dir, records = cache_dir(args), records_dir(args.out)
+    runs_dir = cache_dir(args)
     devices = {"device": device_label(), **recorded_settings(records), "bf16": args.bf16}
     if args.table:
         table = load_table(args.table)
@@ -189,14 +229,7 @@ def refuse_bf16_without_kernels(args, device: str, cells, records) -> None:
 
 
 def command_reproduce(args) -> int:
-    from recbole_ext.devices import CPU_FP32_MODELS, device_label, hardware_label
-    from recbole_ext.repro.execute import (Progress, execute_cells, pending_runs, record_finished_runs, run_dir_of,
-                                           run_progress)
-    from recbole_ext.repro.index import refresh_indexes, write_index
-    from recbole_ext.repro.plan import QUICK_LABEL, plan_table
-    from recbole_ext.repro.records import records_dir
-    from recbole_ext.repro.report import RunInfo, write_reports
-    from recbole_ext.repro.results import collect
+    from recbole_ext.repro.index import write_index
     from recbole_ext.repro.tables import load_table
 
     if args.list:
@@ -211,9 +244,21 @@ def command_reproduce(args) -> int:
         raise ConfigError(f"--parallel must be >= 0, got {args.parallel}")
     started = time.time()
     table = load_table(args.table)
+    with gathered_records(args, writes=not args.dry_run) as records:
+        return _reproduce_table(args, table, records, started)
+
+
+def _reproduce_table(args, table, records: Path, started: float) -> int:
+    from recbole_ext.devices import CPU_FP32_MODELS, device_label, hardware_label
+    from recbole_ext.repro.execute import (Progress, execute_cells, pending_runs, record_finished_runs, run_dir_of,
+                                           run_progress)
+    from recbole_ext.repro.index import refresh_indexes
+    from recbole_ext.repro.plan import QUICK_LABEL, plan_table
+    from recbole_ext.repro.report import RunInfo, write_reports
+    from recbole_ext.repro.results import collect
+
     out = Path(args.out)
     device = device_label()
-    records = records_dir(out)
     cells = plan_table(table, cache_dir(args), args.datasets, args.models, args.seeds, args.budget,
                        _use_data(args.use_data), device, bf16=args.bf16, **recorded_settings(records))
     if args.budget == "quick":

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from recbole_ext.devices import as_device_label
-from recbole_ext.errors import DataFormatError
+from recbole_ext.errors import ConfigError, DataFormatError
 
 RECORDS_DIR = "records"
 STATISTICS_DIR = "statistics"  # under RECORDS_DIR
@@ -152,6 +152,43 @@ def _read_checked(path: Path, kind: str, field: str, value: str, body: str, reme
             or not isinstance(record.get(body), dict):
         raise DataFormatError(f"{path}: not a {kind} record of format {RECORD_FORMAT} for {field} {value} ({remedy})")
     return record
+
+
+def records_source(folder: str | Path) -> Path:
+    """The records folder ``reproduce --records-from`` names: a records folder, or an ``--out``
+    folder holding one (``docs/results/ml100k`` or ``docs/results/ml100k/records``)."""
+    path = Path(folder)
+    if (path / RECORDS_DIR).is_dir():
+        return path / RECORDS_DIR
+    if not path.is_dir():
+        raise ConfigError(f"--records-from {folder}: no such folder")
+    return path
+
+
+def merge_records(source: Path, records: Path) -> tuple[int, int]:
+    """Copy into ``records`` the run and statistics records of ``source`` that it lacks, byte for
+    byte, all checked first (a damaged one is a one-line error naming it, and nothing is copied). A
+    record ``records`` already has is left as it is, even where ``source``'s differs (``records``'s
+    may come from a run directory here, which stays the source). Returns how many were copied and
+    how many differed and were kept."""
+    from recbole_ext.compat import atomic_write_bytes
+
+    kinds = ((source, records, lambda key: read_record(source, key)),
+             (source / STATISTICS_DIR, records / STATISTICS_DIR, lambda preset: read_statistics_record(source, preset)))
+    found = []
+    for from_dir, to_dir, check in kinds:
+        for path in sorted(from_dir.glob("*.json")) if from_dir.is_dir() else []:
+            check(path.stem)  # a damaged record raises, naming its file, before anything is copied
+            found.append((path.read_bytes(), to_dir / path.name))
+    copied = kept = 0
+    for text, target in found:
+        if target.exists():
+            kept += target.read_bytes() != text
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, lambda handle: handle.write(text))
+        copied += 1
+    return copied, kept
 
 
 def record_device(record: dict[str, Any]) -> str:

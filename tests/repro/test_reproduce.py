@@ -157,6 +157,57 @@ def test_a_damaged_record_is_a_one_line_error_naming_it(reproduction, tmp_path, 
     assert len(error.splitlines()) == 1 and f"{damaged}: not a run record" in error
 
 
+def test_records_from_another_folder_count_as_finished_and_are_copied_in(reproduction, tmp_path, monkeypatch,
+                                                                        capsys):
+    """A fresh machine has the committed records but not the run cache: ``--records-from`` counts
+    them without copying by hand, copies them into OUT byte for byte (a dry run or a list only
+    reads them) and never overwrites a record OUT already has."""
+    committed = reproduction["out"] / "records"
+    fresh = tmp_path / "fresh"
+    argv = [*reproduction["argv"][:-6], "--out", str(fresh), *reproduction["argv"][-4:]]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    capsys.readouterr()
+    assert main(argv + ["--dry-run"]) == 0
+    assert "0 run(s) cached, 2 to run" in capsys.readouterr().out
+    assert main(argv + ["--dry-run", "--records-from", str(reproduction["out"])]) == 0  # an --out folder names its records
+    assert "2 run(s) cached, 0 to run" in capsys.readouterr().out
+    assert main(["reproduce", "--list", argv[1], "--budget", "quick", "--out", str(fresh), "--models", "base",
+                 "--records-from", str(committed)]) == 0
+    assert "(1/1 runs finished)" in capsys.readouterr().out
+    assert not fresh.exists()  # read, not copied
+
+    assert main(argv + ["--records-from", str(committed)]) == 0  # execute_run raised if a recorded run trained
+    assert f"records: 2 copied from {committed} into {fresh / 'records'}" in capsys.readouterr().out
+    assert table_lines(fresh) == table_lines(reproduction["out"])
+    assert {p.name: p.read_bytes() for p in (fresh / "records").glob("*.json")} == \
+        {p.name: p.read_bytes() for p in committed.glob("*.json")}
+    assert "--records-from" in (fresh / "tiny_table.quick.md").read_text()  # the header's command
+
+    ours = next((fresh / "records").glob("*.json"))
+    changed = {**json.loads(ours.read_text()), "recorded": "2000-01-01 00:00"}
+    ours.write_text(json.dumps(changed))
+    assert main(argv + ["--records-from", str(committed), "--report-only"]) == 0
+    assert "records: 0 copied" in (text := capsys.readouterr().out) and "1 differing from OUT's kept" in text
+    assert json.loads(ours.read_text()) == changed
+
+
+def test_records_from_a_missing_folder_or_a_damaged_record_is_one_line_and_copies_nothing(
+        reproduction, tmp_path, monkeypatch, capsys):
+    argv = [*reproduction["argv"][:-6], "--out", str(tmp_path / "fresh"), *reproduction["argv"][-4:]]
+    monkeypatch.setattr(execute, "execute_run", must_not_run)
+    capsys.readouterr()
+    assert main(argv + ["--records-from", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip() == f"recbole-ext: error: --records-from {tmp_path / 'nowhere'}: no such folder"
+    source = tmp_path / "source"
+    shutil.copytree(reproduction["out"] / "records", source)
+    damaged = sorted(source.glob("*.json"))[-1]
+    damaged.write_text("{")
+    assert main(argv + ["--records-from", str(source)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and f"{damaged}: not a readable run record" in error
+    assert not (tmp_path / "fresh" / "records").exists()
+
+
 def test_outputs_are_written_and_labelled_quick(reproduction):
     out = reproduction["out"]
     markdown = (out / "tiny_table.quick.md").read_text()
