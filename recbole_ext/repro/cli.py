@@ -235,6 +235,9 @@ def command_reproduce(args) -> int:
     if args.list:
         return command_list(args)
     if args.index:
+        if args.records_from:  # the index reads the table CSVs alone: the option would do nothing
+            raise ConfigError("--records-from does nothing with --index, which reads only the table CSVs under "
+                              "--out: rebuild a table with it (--report-only) instead")
         path = write_index(Path(args.out))
         print(f"wrote {path}" if path else f"{args.out}: no table CSV to index")
         return 0

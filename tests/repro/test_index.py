@@ -75,6 +75,13 @@ def test_nothing_to_index_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / INDEX_NAME).exists()
 
 
+def test_index_refuses_records_from_which_it_would_ignore(tmp_path, capsys):
+    assert main(["reproduce", "--index", "--out", str(tmp_path), "--records-from", "docs/results"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "--records-from does nothing with --index" in error
+    assert not list(tmp_path.iterdir())
+
+
 def test_reproduce_index_command_writes_the_index(denoiser_out, capsys):
     assert main(["reproduce", "--index", "--out", str(denoiser_out)]) == 0
     assert f"wrote {denoiser_out / INDEX_NAME}" in capsys.readouterr().out
