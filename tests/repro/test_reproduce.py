@@ -184,7 +184,8 @@ def test_records_from_another_folder_count_as_finished_and_are_copied_in(reprodu
     assert "--records-from" in (fresh / "tiny_table.quick.md").read_text()  # the header's command
 
     ours = next((fresh / "records").glob("*.json"))
-    changed = {**json.loads(ours.read_text()), "recorded": "2000-01-01 00:00"}
+    changed = {**json.loads(ours.read_text()), "recorded": "1999-12-31 23:59"}  # a time no other test stamps
+    assert changed != json.loads(ours.read_text())
     ours.write_text(json.dumps(changed))
     assert main(argv + ["--records-from", str(committed), "--report-only"]) == 0
     assert "records: 0 copied" in (text := capsys.readouterr().out) and "1 differing from OUT's kept" in text
