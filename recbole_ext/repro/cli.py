@@ -22,8 +22,11 @@ def add_reproduce_command(commands) -> None:
     parser.add_argument("table", nargs="?", help="table name (see --list) or a table YAML file")
     parser.add_argument("--list", action="store_true",
                         help="list the tables (with TABLE: every cell) and which cells are runnable here")
-    parser.add_argument("--datasets", nargs="+", metavar="NAME", help="only these dataset columns (label or preset)")
-    parser.add_argument("--models", nargs="+", metavar="ROW", help="only these rows (row id or label)")
+    # "extend", not the default "store": a repeated --models must add rows, not silently drop the earlier ones.
+    parser.add_argument("--datasets", nargs="+", action="extend", metavar="NAME",
+                        help="only these dataset columns (label or preset); repeatable")
+    parser.add_argument("--models", nargs="+", action="extend", metavar="ROW",
+                        help="only these rows (row id or label); repeatable")
     parser.add_argument("--seeds", type=int, default=1, help="runs per cell, seeds from the table's seed upward")
     parser.add_argument("--budget", choices=("paper", "quick"), default="paper",
                         help="paper: the paper's epochs and early stopping; quick: a smoke test (not a reproduction)")

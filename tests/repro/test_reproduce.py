@@ -269,6 +269,19 @@ def test_list_counts_the_finished_runs_of_each_cell(reproduction, capsys):
     assert "(1/2 runs finished)" in capsys.readouterr().out  # a second seed is not trained yet
 
 
+def test_repeated_models_and_datasets_add_up(reproduction, capsys):
+    table, out = reproduction["argv"][1], str(reproduction["out"])
+    capsys.readouterr()
+    assert main(["reproduce", "--list", table, "--budget", "quick", "--out", out,
+                 "--models", "base", "--models", "sinusoidal"]) == 0
+    repeated = capsys.readouterr().out
+    assert main(["reproduce", "--list", table, "--budget", "quick", "--out", out,
+                 "--models", "base", "sinusoidal"]) == 0
+    assert repeated == capsys.readouterr().out and "Sinusoidal" in repeated and "Base" in repeated
+    assert main(["reproduce", "--list", table, "--out", out, "--datasets", "Tiny", "--datasets", "Elsewhere"]) == 0
+    assert "  Tiny " in (both := capsys.readouterr().out) and "  Elsewhere " in both
+
+
 def test_parallel_without_ray_is_one_clear_error(monkeypatch, capsys, tmp_path):
     import builtins
 
