@@ -119,11 +119,11 @@ def test_a_rows_p_value_weighs_its_seeds_against_the_compared_rows(planned, tmp_
     assert sinusoidal.p_value == pytest.approx(welch_p_value([11.0, 14.0], [10.0, 12.0]))
     assert lines_by(lines, "base")["Recall@10"].p_value is None  # compared to nothing
     assert sinusoidal.reason == ""  # the same seeds on both sides: nothing to say
-    from recbole_ext.repro.report import RunInfo, write_csv, write_markdown
+    from recbole_ext.repro.report import RunInfo, format_p_value, write_csv, write_markdown
 
     info = RunInfo(command="test", budget="quick", seeds=2, bf16=False, hardware="cpu", date="today", wall_time_s=0)
     write_markdown(table, lines, info, tmp_path / "table.md")
-    assert f"| yes (p = {sinusoidal.p_value:.2f}) |" in (tmp_path / "table.md").read_text()
+    assert f"| yes ({format_p_value(sinusoidal.p_value)}) |" in (tmp_path / "table.md").read_text()
     write_csv(table, lines, info, tmp_path / "table.csv")
     with open(tmp_path / "table.csv") as handle:
         (line,) = [l for l in csv.DictReader(handle) if l["row"] == "sinusoidal" and l["metric"] == "Recall@10"]
@@ -293,3 +293,12 @@ def test_a_row_whose_compared_row_has_not_run_has_no_gain(planned, tmp_path):
     assert sinusoidal.mean == pytest.approx(12.0) and lines_by(lines, "base")["Recall@10"].mean is None
     assert sinusoidal.ours_gain is None and sinusoidal.direction_holds is None and sinusoidal.p_value is None
     assert sinusoidal.reason == ""
+
+
+@pytest.mark.parametrize("p_value, text", [(0.0472, "p = 0.047"), (0.05, "p = 0.05"), (0.23, "p = 0.23"),
+                                           (0.994, "p = 0.99"), (1.0, "p = 1"), (0.0012, "p = 0.0012"),
+                                           (0.0004, "p < 0.001")])
+def test_p_values_print_with_two_significant_figures_so_the_05_line_stays_readable(p_value, text):
+    from recbole_ext.repro.report import format_p_value
+
+    assert format_p_value(p_value) == text
