@@ -91,9 +91,10 @@ def _holds(line: Line) -> str:
 
 
 def format_p_value(p_value: float) -> str:
-    """Two significant figures, so a p just under the 0.05 line the index counts (0.047) never
-    prints as 0.05; below 0.001 the exact value is noise in the t-distribution's tail."""
-    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.2g}"
+    """Two significant figures, trailing zeros kept (0.60), so a p just under the 0.05 line the
+    index counts (0.047) never prints as 0.05; below 0.001 the exact value is noise in the
+    t-distribution's tail."""
+    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:#.2g}"
 
 
 def _labels(line: Line, info: RunInfo) -> list[str]:

@@ -295,9 +295,9 @@ def test_a_row_whose_compared_row_has_not_run_has_no_gain(planned, tmp_path):
     assert sinusoidal.reason == ""
 
 
-@pytest.mark.parametrize("p_value, text", [(0.0472, "p = 0.047"), (0.05, "p = 0.05"), (0.23, "p = 0.23"),
-                                           (0.994, "p = 0.99"), (1.0, "p = 1"), (0.0012, "p = 0.0012"),
-                                           (0.0004, "p < 0.001")])
+@pytest.mark.parametrize("p_value, text", [(0.0472, "p = 0.047"), (0.05, "p = 0.050"), (0.6, "p = 0.60"),
+                                           (0.23, "p = 0.23"), (0.994, "p = 0.99"), (1.0, "p = 1.0"),
+                                           (0.0012, "p = 0.0012"), (0.0004, "p < 0.001")])
 def test_p_values_print_with_two_significant_figures_so_the_05_line_stays_readable(p_value, text):
     from recbole_ext.repro.report import format_p_value
 
